@@ -1,0 +1,5 @@
+import sys
+
+from dlperf_tasks.cli import main
+
+sys.exit(main())

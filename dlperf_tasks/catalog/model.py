@@ -1,0 +1,69 @@
+"""The in-memory form of a suite YAML (dlperf_tasks/catalog/suites/<id>.yaml).
+
+The loader (catalog/loader.py) validates a YAML and builds a :class:`Suite`;
+planning (dlperf_tasks/plan.py) turns a Suite + overrides into cells and trials.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlperf_tasks.model import ParallelLayout, Window
+from dlperf_tasks.topology import Topology
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A source patch a seed requires, kept as data (path + unified diff or a description)."""
+
+    path: str
+    description: str
+    diff: str = ""
+
+
+@dataclass(frozen=True)
+class Upstream:
+    repo: str  # e.g. https://github.com/dmlc/gluon-nlp
+    commit: str  # 40-hex pinned commit
+    workdir: str = ""  # path inside the repo where the command runs, e.g. scripts/bert
+    patches: tuple[Patch, ...] = ()
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """How the trial container is started (seeds' docker run flags)."""
+
+    image: str  # registry/repo:tag, e.g. nvcr.io/nvidia/mxnet:20.03-py3
+    shm_size: str = "16g"
+    ulimits: tuple[str, ...] = ("memlock=-1",)
+    ipc_host: bool = True
+    net_host: bool = True
+    devices: tuple[str, ...] = ()  # e.g. /dev/infiniband (only when present on the node)
+    privileged: bool = False
+    mounts: tuple[str, ...] = ()  # "host:container[:ro]"; ${data_dir} etc. expanded from the inventory
+    sshd_port: int | None = None  # MPI launch mode: containers run sshd on this port
+
+
+@dataclass(frozen=True)
+class Suite:
+    id: str  # "mxnet-bert"
+    framework: str  # framework module name (dlperf_tasks.frameworks), e.g. "mxnet_bert"
+    dag: str  # which per-framework DAG runs it: mxnet | pytorch | tensorflow | megatron | smoke
+    model: str  # "bert-base"
+    description: str
+    container: ContainerSpec | None  # None = host runtime only
+    upstream: Upstream | None
+    launcher: dict[str, Any]  # framework-specific launcher settings (template, script, args...)
+    env: dict[str, str]
+    window: Window
+    trials: int
+    batch_sizes: tuple[int, ...]
+    precisions: tuple[str, ...]  # fp32 | amp
+    xla: tuple[bool, ...]
+    topologies: tuple[Topology, ...]
+    layouts: tuple[tuple[Topology, ParallelLayout], ...] = ()  # Megatron: the seed-002 cases
+    timeout_s: int = 3600  # per-trial wall clock
+    hang_timeout_s: int = 600  # no-progress watchdog
+    source: str = ""  # file it was loaded from
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,61 @@
+"""``dlperf`` command line. Each sub-command lives in its own module exposing
+``register(subparsers)``; the module sets ``func`` on its parser.
+
+Errors derived from DlperfError are printed as ``dlperf: error: <message>`` with exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from dlperf_tasks import __version__
+from dlperf_tasks.errors import DlperfError
+
+COMMANDS = ["catalog", "plan", "extract", "sweep", "publish", "results", "cluster"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dlperf",
+        description=(
+            "Benchmark deep-learning training on GPU clusters the DLPerf way: plan sweeps "
+            "(1n1g..4n8g x batch sizes x precisions x trials), run them over SSH/Docker, extract "
+            "per-iteration speeds from framework logs, compute median/average/speedup, publish "
+            "to S3/OSS and compare archived results."
+        ),
+        epilog="Run 'dlperf <command> --help' for the options of each command.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"dlperf {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="<command>")
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"dlperf_tasks.cli.{name}")
+        except ModuleNotFoundError as exc:  # a command whose module is not written yet
+            if exc.name == f"dlperf_tasks.cli.{name}":
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except DlperfError as exc:
+        print(f"dlperf: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dlperf: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The shape every framework module has (cf. PerfKitBenchmarker benchmark modules).
+
+A framework module defines one subclass of :class:`Framework` and registers it in
+``dlperf_tasks.frameworks.REGISTRY``. Adding a framework = one module + one suite YAML.
+"""
+
+from __future__ import annotations
+
+import shlex
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from dlperf_tasks.model import Cell, LogFacts, MetricKind, ParsedLog, Trial, TrialMetric, Window
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What a command builder needs to know about a node (never logged with IPs)."""
+
+    name: str  # inventory name, e.g. node1
+    address: str  # host/IP reachable from the other nodes (MASTER_ADDR, worker_hosts, mpirun -H)
+    gpus: int = 8
+    interface: str | None = None  # NCCL_SOCKET_IFNAME / btl_tcp_if_include
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything needed to start one node's part of a trial.
+
+    ``argv`` is executed without a shell by the runtime (each element is passed
+    literally; remote layers quote it with :func:`shlex.join`). ``env`` values are
+    literal strings too.
+    """
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+
+    def shell(self) -> str:
+        """The command as one safely quoted shell string (``env K=V ... argv``)."""
+        parts = ["env"] + [f"{k}={v}" for k, v in self.env.items()] + list(self.argv)
+        if self.workdir:
+            return f"cd {shlex.quote(self.workdir)} && " + shlex.join(parts)
+        return shlex.join(parts)
+
+
+class Framework(ABC):
+    """One framework's launch rules, log format and DLPerf speed rule."""
+
+    #: registry key, equals the module name, e.g. "mxnet_bert"
+    name: str = ""
+    #: DLPerf log directory components: logs/<log_framework>/<log_model>/bz<B>/<N>n<G>g/...
+    log_framework: str = ""
+    log_model: str = ""
+    #: file prefix: <log_prefix>_b<B>_<prec>_<trial>.log
+    log_prefix: str = ""
+    metric_kind: MetricKind = MetricKind.THROUGHPUT
+    #: "per_node" (one launcher per node: PyTorch/TF/Megatron) or "mpi" (mpirun from node 0: MXNet)
+    launch_mode: str = "per_node"
+
+    # ---- launching -------------------------------------------------------
+    @abstractmethod
+    def launch(self, trial: Trial, node_rank: int, nodes: list[NodeSpec], settings: Mapping) -> LaunchSpec:
+        """Command for ``nodes[node_rank]``. ``settings`` = the suite's launcher settings
+        (command template pieces, env, data paths). With launch_mode "mpi" only node_rank 0 is called."""
+
+    # ---- logs ------------------------------------------------------------
+    def log_relpath(self, trial: Trial, node_rank: int = 0) -> str:
+        """Path of a node's log inside a run's log tree (seeds' layout). Node 0 keeps the
+        DLPerf name; other nodes get ``.node<k>`` before ``.log`` so DLPerf tooling ignores them."""
+        c = trial.cell
+        base = (f"logs/{self.log_framework}/{self.log_model}/bz{c.batch_size_per_device}/"
+                f"{c.topology.name}/{self.log_prefix}_b{c.batch_size_per_device}_{c.precision_tag}_{trial.index}")
+        return base + (".log" if node_rank == 0 else f".node{node_rank}.log")
+
+    def metrics_nodes(self, cell: Cell) -> list[int]:
+        """Node ranks whose logs carry the iteration lines (Megatron: the last node)."""
+        return [0]
+
+    @abstractmethod
+    def parse(self, lines: Iterable[str]) -> ParsedLog:
+        """Stream a log (lines may contain ``\\r`` / glued fragments) into samples + facts.
+        Must not load more than it needs; must never raise on garbage (record it in facts.errors)."""
+
+    def expected_ranks(self, cell: Cell) -> list[int]:
+        """Ranks that must print iteration lines (default: only rank 0 prints)."""
+        return []
+
+    @abstractmethod
+    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
+        """The DLPerf speed rule for this framework. Call only after the validity gate passed."""
+
+    def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
+        """Framework-specific validity reasons (empty = valid). Generic checks live in stats.validity."""
+        return []

@@ -1,0 +1,206 @@
+"""Core value types shared by planning, framework modules, statistics and reports.
+
+Pure data, no I/O. Everything is a frozen dataclass so it can be hashed, passed
+through XCom as ``to_dict()`` and rebuilt with ``from_dict()``.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dlperf_tasks.topology import Topology
+
+
+class Precision(str, enum.Enum):
+    FP32 = "fp32"
+    AMP = "amp"  # seeds call it fp16 in file names; see Cell.precision_tag
+
+    def __str__(self) -> str:  # pragma: no cover
+        return self.value
+
+
+class MetricKind(str, enum.Enum):
+    THROUGHPUT = "throughput"  # samples/s, higher is better
+    LATENCY = "latency"  # ms/iteration, lower is better (Megatron)
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """Megatron-style parallel case (seed 002): DP x MP(tensor) x PP = nodes x GPUs."""
+
+    group: str  # DP | MP | 2D | PP
+    case: str  # e.g. DP_1x1x1_2_1536x16
+    dp: int
+    mp: int
+    pp: int
+    micro_batch: int
+    global_batch: int
+    hidden_size: int
+    num_heads: int
+    num_layers: int
+    seq_length: int = 2048
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.global_batch // (self.micro_batch * self.dp)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which iterations count: drop ``warmup`` then measure ``measure`` (seeds: 20 / 100)."""
+
+    warmup: int = 20
+    measure: int = 100
+
+    @property
+    def total(self) -> int:
+        return self.warmup + self.measure
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of a sweep. ``id`` is deterministic and path-safe."""
+
+    suite: str  # catalog id, e.g. "mxnet-bert"
+    framework: str  # framework module name, e.g. "mxnet_bert"
+    model: str  # e.g. "bert-base"
+    precision: str  # "fp32" | "amp"
+    batch_size_per_device: int
+    topology: Topology
+    xla: bool = False
+    layout: ParallelLayout | None = None
+    window: Window = field(default_factory=Window)
+
+    @property
+    def precision_tag(self) -> str:
+        """The tag used in DLPerf file names: fp32 / fp16."""
+        return "fp16" if self.precision == "amp" else self.precision
+
+    @property
+    def id(self) -> str:
+        parts = [self.suite, f"bz{self.batch_size_per_device}", self.precision_tag + ("_xla" if self.xla else "")]
+        if self.layout is not None:
+            parts.append(self.layout.case)
+        parts.append(self.topology.name)
+        return "/".join(parts)
+
+    @property
+    def baseline_key(self) -> tuple:
+        """Cells sharing this key are compared for speedup (same model, precision, xla, batch size)."""
+        return (self.suite, self.model, self.precision, self.xla, self.batch_size_per_device)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["topology"] = self.topology.name
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Cell":
+        d = dict(d)
+        d["topology"] = Topology.parse(d["topology"])
+        if d.get("layout"):
+            d["layout"] = ParallelLayout(**d["layout"])
+        d["window"] = Window(**d.get("window") or {})
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of a cell. ``index`` is 1-based like DLPerf's ``_<trial>.log``."""
+
+    cell: Cell
+    index: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.cell.id}/t{self.index}"
+
+    @property
+    def key(self) -> str:
+        """Short stable hash of the id, safe for container names and labels."""
+        return hashlib.sha1(self.id.encode()).hexdigest()[:12]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cell": self.cell.to_dict(), "index": self.index}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trial":
+        return cls(Cell.from_dict(d["cell"]), int(d["index"]))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One per-iteration measurement taken from a log (PerfKit-style: value + unit + metadata)."""
+
+    iteration: int
+    value: float  # throughput (samples/s) or latency (ms/iteration), see ``unit``
+    unit: str  # "samples/s" | "ms/iter" | "s" (timestamp-only logs: value is the timestamp)
+    rank: int | None = None
+    timestamp: float | None = None  # seconds (absolute or relative), when the log prints one
+    memory_mib: float | None = None
+
+
+@dataclass
+class LogFacts:
+    """Sanity facts read from a log, used by the validity gate."""
+
+    iterations_seen: list[int] = field(default_factory=list)  # distinct iteration numbers, sorted
+    ranks_seen: list[int] = field(default_factory=list)  # distinct ranks that printed iteration lines
+    crash_markers: list[str] = field(default_factory=list)  # e.g. "Traceback", "NCCL error", "Killed"
+    errors: list[str] = field(default_factory=list)  # parse problems (non-numeric value, garbage...)
+    lines: int = 0
+
+
+@dataclass
+class ParsedLog:
+    samples: list[Sample] = field(default_factory=list)
+    facts: LogFacts = field(default_factory=LogFacts)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. {"memory_mib": 14362}
+
+
+class TrialStatus(str, enum.Enum):
+    OK = "OK"
+    INVALID_LOG = "INVALID_LOG"
+    NODE_UNREACHABLE = "NODE_UNREACHABLE"
+    LAUNCH_FAILED = "LAUNCH_FAILED"
+    NONZERO_EXIT = "NONZERO_EXIT"
+    TIMEOUT = "TIMEOUT"
+    HANG = "HANG"
+    NOT_RUN = "NOT_RUN"
+
+    @property
+    def retriable(self) -> bool:
+        return self in (TrialStatus.NODE_UNREACHABLE, TrialStatus.LAUNCH_FAILED, TrialStatus.TIMEOUT, TrialStatus.HANG)
+
+
+@dataclass
+class TrialMetric:
+    """A trial's speed per the framework's DLPerf rule."""
+
+    value: float  # samples/s for THROUGHPUT, ms/iteration for LATENCY
+    kind: MetricKind = MetricKind.THROUGHPUT
+    memory_mib: float | None = None
+    throughput: float | None = None  # samples/s also for LATENCY kinds (global_batch / latency)
+
+
+@dataclass
+class TrialResult:
+    """Outcome of one trial: status, reason and (if valid) its metric. Invalid trials keep their raw numbers."""
+
+    trial: Trial
+    status: TrialStatus
+    reason: str = ""
+    metric: TrialMetric | None = None
+    samples: list[Sample] = field(default_factory=list)
+    log_paths: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)  # inventory names (never IPs)
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.status == TrialStatus.OK and self.metric is not None
