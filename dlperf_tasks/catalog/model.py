@@ -28,6 +28,7 @@ class Upstream:
     commit: str  # 40-hex pinned commit
     workdir: str = ""  # path inside the repo where the command runs, e.g. scripts/bert
     patches: tuple[Patch, ...] = ()
+    ref: str = ""  # branch/tag the seed names (e.g. r2.3.0) when it gives no commit; commit may then be ""
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class ContainerSpec:
     privileged: bool = False
     mounts: tuple[str, ...] = ()  # "host:container[:ro]"; ${data_dir} etc. expanded from the inventory
     sshd_port: int | None = None  # MPI launch mode: containers run sshd on this port
+    cap_add: tuple[str, ...] = ()  # e.g. IPC_LOCK (seed 000: --cap-add=IPC_LOCK)
 
 
 @dataclass(frozen=True)
@@ -67,3 +69,22 @@ class Suite:
     hang_timeout_s: int = 600  # no-progress watchdog
     source: str = ""  # file it was loaded from
     extra: dict[str, Any] = field(default_factory=dict)
+    #: precision -> batch sizes when they differ per precision (RN50: fp32 128, amp 256); empty = ``batch_sizes`` for all
+    batch_sizes_by_precision: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: combinations left out of the default sweep (e.g. OOM): dicts with keys batch_size/precision/xla/topology
+    exclude: tuple[dict[str, Any], ...] = ()
+    #: extra environment for cells with more than one node (e.g. NCCL_DEBUG=INFO, as the seeds' multi-node scripts)
+    env_multi_node: dict[str, str] = field(default_factory=dict)
+
+    def env_for(self, topology: Topology) -> dict[str, str]:
+        """Environment for a cell: ``env`` plus ``env_multi_node`` when the topology has several nodes."""
+        return {**self.env, **self.env_multi_node} if topology.nodes > 1 else dict(self.env)
+
+    def batch_sizes_for(self, precision: str) -> tuple[int, ...]:
+        """Default batch sizes per device for ``precision`` (falls back to ``batch_sizes``)."""
+        return self.batch_sizes_by_precision.get(precision, self.batch_sizes)
+
+    def excluded(self, batch_size: int, precision: str, xla: bool, topology: Topology) -> bool:
+        """True when the default sweep leaves this combination out (``exclude`` rules; all given keys must match)."""
+        values = {"batch_size": batch_size, "precision": precision, "xla": xla, "topology": topology.name}
+        return any(all(values.get(k) == v for k, v in rule.items()) for rule in self.exclude)

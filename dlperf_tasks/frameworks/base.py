@@ -68,10 +68,13 @@ class Framework(ABC):
     # ---- logs ------------------------------------------------------------
     def log_relpath(self, trial: Trial, node_rank: int = 0) -> str:
         """Path of a node's log inside a run's log tree (seeds' layout). Node 0 keeps the
-        DLPerf name; other nodes get ``.node<k>`` before ``.log`` so DLPerf tooling ignores them."""
+        DLPerf name; other nodes get ``.node<k>`` before ``.log`` so DLPerf tooling ignores them.
+        XLA cells get ``_xla`` after the precision tag (``bert_b32_fp32_xla_1.log``) so they do not
+        overwrite the non-XLA logs of the same batch size."""
         c = trial.cell
+        prec = c.precision_tag + ("_xla" if c.xla else "")
         base = (f"logs/{self.log_framework}/{self.log_model}/bz{c.batch_size_per_device}/"
-                f"{c.topology.name}/{self.log_prefix}_b{c.batch_size_per_device}_{c.precision_tag}_{trial.index}")
+                f"{c.topology.name}/{self.log_prefix}_b{c.batch_size_per_device}_{prec}_{trial.index}")
         return base + (".log" if node_rank == 0 else f".node{node_rank}.log")
 
     def metrics_nodes(self, cell: Cell) -> list[int]:

@@ -1,0 +1,118 @@
+"""Find, read and cache suite YAML files.
+
+Search path: the directories in ``$DLPERF_CATALOG_PATH`` (``:``-separated, searched first, so a
+site can add suites or override a built-in one without touching code), then the built-in
+``dlperf_tasks/catalog/suites``. A suite ``<id>`` lives in ``<id>.yaml`` (or ``.yml``).
+
+Loading is cheap (libyaml, no framework imports) and cached by file modification time,
+because Airflow's DAG processor calls it on every parse.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dlperf_tasks.catalog.model import Suite
+from dlperf_tasks.errors import CatalogError
+
+ENV_VAR = "DLPERF_CATALOG_PATH"
+BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
+_SUFFIXES = (".yaml", ".yml")
+
+_CACHE: dict[str, tuple[int, int, Suite]] = {}
+
+
+def search_dirs(extra_dirs: list[str | os.PathLike] | None = None) -> list[Path]:
+    """Directories searched for suites, in order: ``extra_dirs``, ``$DLPERF_CATALOG_PATH``, built-in."""
+    dirs: list[Path] = [Path(d) for d in (extra_dirs or [])]
+    for entry in os.environ.get(ENV_VAR, "").split(os.pathsep):
+        if entry.strip():
+            dirs.append(Path(entry.strip()))
+    for d in dirs:
+        if not d.is_dir():
+            raise CatalogError(f"catalog directory {str(d)!r} (from {ENV_VAR} or --catalog-dir) is not a directory")
+    dirs.append(BUILTIN_DIR)
+    return dirs
+
+
+def load_file(path: str | os.PathLike) -> Suite:
+    """Load and validate one suite file (cached by path, mtime and size)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as exc:
+        raise CatalogError(f"{p}: cannot read suite file: {exc.strerror}") from None
+    key = str(p.resolve())
+    hit = _CACHE.get(key)
+    if hit and hit[0] == st.st_mtime_ns and hit[1] == st.st_size:
+        return hit[2]
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CatalogError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise CatalogError(f"{p}: cannot read suite file: {exc.strerror}") from None
+
+    from dlperf_tasks.catalog.validate import build_suite
+    from dlperf_tasks.catalog.yamlsrc import parse_yaml
+
+    data, lines = parse_yaml(text, str(p))
+    suite = build_suite(data, str(p), lines, expected_id=p.stem)
+    _CACHE[key] = (st.st_mtime_ns, st.st_size, suite)
+    return suite
+
+
+def _looks_like_path(id_or_path: str) -> bool:
+    return id_or_path.endswith(_SUFFIXES) or os.sep in id_or_path or "/" in id_or_path
+
+
+def find_suite_file(suite_id: str, extra_dirs: list[str | os.PathLike] | None = None) -> Path | None:
+    for d in search_dirs(extra_dirs):
+        for suffix in _SUFFIXES:
+            candidate = d / f"{suite_id}{suffix}"
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def load_suite(id_or_path: str | os.PathLike, extra_dirs: list[str | os.PathLike] | None = None) -> Suite:
+    """Load a suite by id (searched on the catalog path) or by file path."""
+    text = str(id_or_path)
+    if isinstance(id_or_path, os.PathLike) or _looks_like_path(text):
+        return load_file(text)
+    path = find_suite_file(text, extra_dirs)
+    if path is None:
+        known = ", ".join(sorted(_suite_files(extra_dirs))) or "none"
+        raise CatalogError(
+            f"unknown suite {text!r}; known suites: {known} "
+            f"(searched: {', '.join(str(d) for d in search_dirs(extra_dirs))})"
+        )
+    return load_file(path)
+
+
+def _suite_files(extra_dirs: list[str | os.PathLike] | None = None) -> dict[str, Path]:
+    """id -> file, the first directory on the search path winning."""
+    found: dict[str, Path] = {}
+    for d in search_dirs(extra_dirs):
+        for f in sorted(d.iterdir()):
+            if f.suffix in _SUFFIXES and f.is_file() and not f.name.startswith("."):
+                found.setdefault(f.stem, f)
+    return found
+
+
+def list_suites(extra_dirs: list[str | os.PathLike] | None = None, errors: list[CatalogError] | None = None) -> list[Suite]:
+    """Every suite on the search path, sorted by id.
+
+    A broken file raises :class:`CatalogError`, unless ``errors`` is a list: then its error is
+    appended there and the other suites are still returned (what DAG parsing wants).
+    """
+    suites = []
+    for _, path in sorted(_suite_files(extra_dirs).items()):
+        try:
+            suites.append(load_file(path))
+        except CatalogError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
+    return suites

@@ -1,0 +1,107 @@
+"""``dlperf catalog``: list the benchmark suites, show one resolved, or check a suite file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+DESCRIPTION = """\
+List the benchmark suites of the catalog (one YAML file per suite). Built-in suites live in
+dlperf_tasks/catalog/suites/; add your own by putting <id>.yaml files into a directory and
+naming it in DLPERF_CATALOG_PATH (several directories separated by ':'), or with --catalog-dir.
+A suite there with the same id as a built-in one replaces it."""
+
+EPILOG = """\
+examples:
+  dlperf catalog                          table of all suites
+  dlperf catalog show mxnet-bert          the suite with every default filled in (YAML)
+  dlperf catalog show megatron-gpt --format json
+  dlperf catalog check my-suite.yaml      validate a suite file without installing it"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "catalog", help="list benchmark suites, show or check one",
+        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--catalog-dir", action="append", default=[], metavar="DIR",
+                   help="extra directory of suite YAML files (searched first; may be repeated)")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output format of the list (default: table)")
+    p.set_defaults(func=_list)
+    sub = p.add_subparsers(dest="catalog_command", metavar="<subcommand>")
+    show = sub.add_parser("show", help="print one suite with every default filled in",
+                          description="Print one suite (by id or path) as resolved YAML or JSON.")
+    show.add_argument("suite", help="suite id (e.g. mxnet-bert) or path to a .yaml file")
+    show.add_argument("--format", choices=["yaml", "json"], default="yaml", help="output format (default: yaml)")
+    show.set_defaults(func=_show)
+    check = sub.add_parser("check", help="validate suite files and report every problem",
+                           description="Validate suite YAML files; exit 0 when all are valid, 2 otherwise.")
+    check.add_argument("files", nargs="+", help="suite .yaml files")
+    check.set_defaults(func=_check)
+
+
+def _list(args) -> int:
+    from dlperf_tasks.catalog import list_suites
+    from dlperf_tasks.plan import format_table
+
+    suites = list_suites(extra_dirs=args.catalog_dir)
+    if args.format == "json":
+        print(json.dumps([_row_dict(s) for s in suites], indent=2))
+        return 0
+    head = ["id", "framework", "image", "topologies", "batch sizes", "precisions", "xla", "trials"]
+    rows = []
+    for s in suites:
+        d = _row_dict(s)
+        rows.append([s.id, s.framework, d["image"] or "(host)", ",".join(d["topologies"]), d["batch_sizes_text"],
+                     ",".join(s.precisions), "/".join("on" if x else "off" for x in s.xla), str(s.trials)])
+    print(format_table(head, rows))
+    return 0
+
+
+def _row_dict(s) -> dict:
+    if s.batch_sizes_by_precision:
+        bz_text = " ".join(f"{p}:{','.join(map(str, v))}" for p, v in s.batch_sizes_by_precision.items())
+    elif s.layouts:
+        bz_text = f"{len(s.layouts)} cases"
+    else:
+        bz_text = ",".join(map(str, s.batch_sizes))
+    return {
+        "id": s.id, "framework": s.framework, "dag": s.dag, "model": s.model,
+        "image": s.container.image if s.container else None,
+        "topologies": [t.name for t in s.topologies], "batch_sizes": list(s.batch_sizes),
+        "batch_sizes_text": bz_text, "precisions": list(s.precisions), "xla": list(s.xla),
+        "trials": s.trials, "cases": [lay.case for _, lay in s.layouts], "source": s.source,
+    }
+
+
+def _show(args) -> int:
+    from dlperf_tasks.catalog import load_suite
+    from dlperf_tasks.catalog.validate import suite_to_dict
+
+    suite = load_suite(args.suite, extra_dirs=args.catalog_dir)
+    d = suite_to_dict(suite)
+    if args.format == "json":
+        print(json.dumps({**d, "source": suite.source}, indent=2))
+    else:
+        import yaml
+
+        print(f"# source: {suite.source}")
+        print(yaml.safe_dump(d, sort_keys=False, allow_unicode=True, width=110), end="")
+    return 0
+
+
+def _check(args) -> int:
+    import sys
+
+    from dlperf_tasks.catalog import load_file
+    from dlperf_tasks.errors import CatalogError
+
+    bad = 0
+    for f in args.files:
+        try:
+            s = load_file(f)
+            print(f"{f}: ok ({s.id}, framework {s.framework})")
+        except CatalogError as exc:
+            bad += 1
+            print(str(exc), file=sys.stderr)
+    return 2 if bad else 0

@@ -1,0 +1,148 @@
+"""``dlperf extract``: compute DLPerf speeds, medians and speedups from an existing log tree."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dlperf_tasks.errors import DlperfError, ExtractError
+from dlperf_tasks.model import Window
+
+DESCRIPTION = """\
+Read a DLPerf-layout log tree, compute every trial's speed with the suite's framework rule,
+check each trial (all iterations present, numbers finite and > 0, no crash in the log),
+and print per-trial speeds, the seed-style table (median samples/s and speedup over the
+1n1g median of the same model, precision and batch size) and the invalid trials with the
+reason. Invalid trials are listed but never averaged in.
+
+The tree looks like DLPerf's (any level works, 10n8g too):
+  <log-dir>/<N>n<G>g/<prefix>_b<B>_<fp32|fp16>_<trial>.log       e.g. 1n8g/bert_b32_fp32_3.log
+  <log-dir>/<N>n<G>g/<prefix>_b<B>_<prec>_<trial>.node<k>.log    node k's log of the same trial
+  <log-dir>/megatron_lm_perf_<N>n<G>g_dp.._mp.._pp.._mbs.._gbs..._pretrain_<k>.log  (Megatron)
+--log-dir may also be a .tar or .tar.gz of such a tree (read without unpacking)."""
+
+EPILOG = """\
+examples:
+  dlperf extract --suite mxnet-bert --log-dir logs/mxnet/bert/bz32 --batch-size-per-device 32
+  dlperf extract --suite mxnet-bert --log-dir examples/logs/mxnet/bert/bz32 \\
+      --batch-size-per-device 32 --warmup-iters 100 --measure-iters 100 --format markdown
+  dlperf extract --suite tensorflow-bert --log-dir logs/tensorflow/bert/bz64 \\
+      --batch-size-per-device 64 --format dlperf --output result.json
+
+output formats (--format):
+  full      per-trial speeds, the seed tables, dispersion (min/max/stdev/CV) and invalid trials (default)
+  markdown  the report as Markdown: seed tables, per-trial speeds, invalid trials
+  dlperf    exactly what DLPerf's extract_*_logs.py printed ({trial: speed} lines, then the
+            result dict), for diffing against old DLPerf runs; invalid trials as '#' lines
+  json      the result JSON (the same document --output writes)
+
+exit status: 0 when at least one cell has a median; 1 when logs were found but no trial
+is valid; 2 on bad arguments or when the directory holds no usable log."""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "extract", help="compute speeds/medians/speedups from an existing DLPerf log tree",
+        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", required=True,
+                   help="catalog suite id (see 'dlperf catalog list'), e.g. mxnet-bert; picks the log parser "
+                        "and speed rule, or a path to a suite YAML")
+    p.add_argument("--log-dir", required=True, metavar="DIR",
+                   help="directory (or .tar/.tar.gz) holding <N>n<G>g/ sub-directories of logs")
+    p.add_argument("--batch-size-per-device", type=_positive, metavar="B",
+                   help="use only logs named _b<B>_ (DLPerf's --batch_size_per_device); default: every batch size found")
+    p.add_argument("--warmup-iters", type=_non_negative, metavar="N",
+                   help="iterations dropped at the start (default: the suite's, DLPerf used 20)")
+    p.add_argument("--measure-iters", type=_positive, metavar="M",
+                   help="iterations measured after the warm-up (default: the suite's, DLPerf used 100)")
+    p.add_argument("--prefix", help="use only logs whose name starts with <prefix>_b<B>_ (when a tree mixes models)")
+    p.add_argument("--format", choices=["full", "markdown", "dlperf", "json"], default="full",
+                   help="what to print on stdout (default: full; see below)")
+    p.add_argument("--output", metavar="FILE", help="also write the result JSON to FILE")
+    p.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
+    p.set_defaults(func=run)
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _non_negative(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _load_suite(name: str):
+    try:
+        from dlperf_tasks.catalog.loader import load_suite
+    except ImportError as exc:  # pragma: no cover - the catalog is part of the package
+        raise DlperfError(f"the suite catalog is not available: {exc}") from None
+    return load_suite(name)
+
+
+def trial_lines(result) -> list[str]:
+    """Readable per-trial speeds, one line per cell (DLPerf's ``{3: 1881.88, ...}`` made legible)."""
+    out = []
+    for st in result.cells:
+        unit = st.unit
+        parts = []
+        for t in st.trials:
+            v = None if t.metric is None else round(t.metric.value, 2)
+            if t.valid:
+                parts.append(f"#{t.trial.index} {v}")
+            else:
+                parts.append(f"#{t.trial.index} INVALID" + (f" ({v})" if v is not None else ""))
+        out.append(f"{st.cell.id}: {', '.join(parts)} [{unit}; {st.n_valid} valid, {st.n_invalid} invalid]")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlperf_tasks.extract import extract_tree
+    from dlperf_tasks.report.markdown import render_dlperf_text, render_markdown
+    from dlperf_tasks.report.result_json import dumps, write_result
+
+    suite = _load_suite(args.suite)
+    window = suite.window
+    if args.warmup_iters is not None or args.measure_iters is not None:
+        window = Window(warmup=window.warmup if args.warmup_iters is None else args.warmup_iters,
+                        measure=window.measure if args.measure_iters is None else args.measure_iters)
+    res = extract_tree(suite, args.log_dir, args.batch_size_per_device, window,
+                       prefix=args.prefix, progress=None if args.quiet else sys.stderr)
+    result = res.result()
+    if args.output:
+        write_result(result, args.output)
+
+    if args.format == "json":
+        sys.stdout.write(dumps(result))
+    elif args.format == "dlperf":
+        sys.stdout.write(render_dlperf_text(result))
+    elif args.format == "markdown":
+        sys.stdout.write(render_markdown(result, full=False, trials=True))
+    else:
+        sys.stdout.write("\n".join(trial_lines(res)) + "\n\n")
+        sys.stdout.write(render_markdown(result, full=True, trials=False))
+    if res.skipped and not args.quiet:
+        print(f"dlperf extract: {len(res.skipped)} files not used, e.g. "
+              + "; ".join(f"{p} ({r})" for p, r in res.skipped[:3]), file=sys.stderr)
+    if args.output and not args.quiet:
+        print(f"dlperf extract: result written to {args.output}", file=sys.stderr)
+    if not res.computable_cells:
+        n = len(res.trials)
+        print(f"dlperf: error: no valid trial in {args.log_dir}: {n} trial(s) found, all invalid "
+              f"(reasons listed above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["register", "run", "ExtractError"]

@@ -1,0 +1,71 @@
+"""``dlperf plan``: show the cells and trials a sweep of a suite would run (nothing is run)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+DESCRIPTION = """\
+Expand a suite into cells (batch size x precision x XLA x topology, or Megatron parallel cases)
+and trials (1..N per cell), exactly as 'dlperf sweep' and the Airflow DAGs would, and print them.
+Overrides narrow or change the suite's defaults; a topology not in the suite may be given
+explicitly (any <nodes>n<gpus>g, e.g. 16n8g). Nothing is launched."""
+
+EPILOG = """\
+examples:
+  dlperf plan mxnet-bert
+  dlperf plan mxnet-bert --topologies 1n1g,1n8g --batch-sizes 32 --trials 3
+  dlperf plan tensorflow-bert --precisions amp --xla both --batch-sizes 64,96
+  dlperf plan megatron-gpt --cases DP_1x1x1_2_1536x16,MP_1x8x1_16_1536x16
+  dlperf plan pytorch-bert --image-tag 20.12-py3 --format json > plan.json"""
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan", help="list the cells and trials of a sweep (dry run)",
+        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("suite", help="suite id (see 'dlperf catalog') or path to a suite .yaml file")
+    p.add_argument("--catalog-dir", action="append", default=[], metavar="DIR",
+                   help="extra directory of suite YAML files (searched first; may be repeated)")
+    p.add_argument("--topologies", metavar="LIST", help="comma-separated topologies, e.g. 1n1g,1n8g,2n8g (also 16n8g)")
+    p.add_argument("--batch-sizes", metavar="LIST", help="comma-separated batch sizes per device, e.g. 32,24")
+    p.add_argument("--precisions", metavar="LIST", help="comma-separated precisions: fp32, amp (fp16 = amp)")
+    p.add_argument("--xla", choices=["on", "off", "both"], help="XLA on, off or both (TensorFlow suites)")
+    p.add_argument("--trials", type=int, metavar="N", help="trials per cell (seeds: 5-7)")
+    p.add_argument("--warmup-iters", type=int, metavar="N", help="iterations dropped at the start (seeds: 20)")
+    p.add_argument("--measure-iters", type=int, metavar="M", help="iterations measured after the warm-up (seeds: 100)")
+    p.add_argument("--image-tag", metavar="TAG", help="run another tag of the suite's image, e.g. 20.12-py3")
+    p.add_argument("--cases", metavar="LIST", help="Megatron: comma-separated case names (see 'dlperf catalog show megatron-gpt')")
+    p.add_argument("--include-excluded", action="store_true",
+                   help="also plan combinations the suite excludes (e.g. batch sizes known to run out of memory)")
+    p.add_argument("--format", choices=["table", "json"], default="table",
+                   help="table: cells and totals; json: the full plan with every trial and log path (default: table)")
+    p.add_argument("--list-trials", action="store_true", help="table format: also list every trial and its log path(s)")
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    from dlperf_tasks.catalog import load_suite
+    from dlperf_tasks.plan import Overrides, plan
+
+    overrides = Overrides.from_dict({
+        "topologies": args.topologies, "batch_sizes": args.batch_sizes, "precisions": args.precisions,
+        "xla": args.xla, "trials": args.trials, "warmup_iters": args.warmup_iters,
+        "measure_iters": args.measure_iters, "image_tag": args.image_tag, "cases": args.cases,
+        "include_excluded": args.include_excluded or None,
+    })
+    p = plan(load_suite(args.suite, extra_dirs=args.catalog_dir), overrides)
+    if args.format == "json":
+        print(json.dumps(p.to_dict(), indent=2))
+        return 0
+    print(p.summary())
+    if args.list_trials:
+        print()
+        for t in p.trials:
+            print(f"{t.id}  key={t.trial.key}  " + "  ".join(t.log_paths))
+    return 0

@@ -1,0 +1,221 @@
+"""Helpers shared by the framework log parsers and command builders.
+
+* :func:`split_lines` turns whatever a caller hands a parser (an open text or binary
+  file, a list of strings, chunks with ``\\r`` progress bars glued in) into clean
+  text lines, streaming, with a cap on line length so a binary blob cannot blow up memory.
+* :func:`read_log` streams a file from disk the same way (constant memory).
+* :func:`strip_tag` removes OpenMPI's ``--tag-output`` prefix ``[1,N]<stderr>:`` and
+  returns the rank N.
+* :class:`FactCollector` records the sanity facts (:class:`~dlperf_tasks.model.LogFacts`):
+  crash markers, parse errors, line count, iterations and ranks seen.
+* :func:`parse_float` reads a number and rejects NaN/inf/garbage with a clear message.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Iterable, Iterator
+
+from dlperf_tasks.model import LogFacts
+
+#: longest line kept (longer ones are cut; real training lines are < 4 KiB,
+#: the MXNet ``Namespace(...)`` line is ~20 KiB)
+MAX_LINE = 256 * 1024
+#: at most this many crash markers / errors are recorded (the first ones matter)
+MAX_RECORDED = 50
+_CHUNK = 64 * 1024
+
+_NEWLINES = re.compile(r"\r\n|\r|\n")
+_TAG = re.compile(r"^\[(\d+),(\d+)\]<(?:stdout|stderr|stddiag)>:")
+
+# (marker name reported in LogFacts.crash_markers, regex searched in each line)
+CRASH_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("Traceback", re.compile(r"Traceback \(most recent call last\)")),
+    ("CUDA out of memory", re.compile(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
+    ("out of memory", re.compile(r"\bResourceExhaustedError\b|\bOOM when allocating\b|std::bad_alloc")),
+    ("NCCL error", re.compile(r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN .*(?:failed|error)", re.I)),
+    ("Killed", re.compile(r"(?:^|\s)Killed(?:\s|$)")),
+    ("exited on signal", re.compile(r"exited on signal \d+")),
+    ("non-zero exit", re.compile(r"returned a non-zero exit code|returned non-zero exit status")),
+    ("Segmentation fault", re.compile(r"Segmentation fault|SIGSEGV|core dumped")),
+    ("MPI abort", re.compile(r"MPI_ABORT was invoked|ORTE has lost communication|ORTE was unable to reliably start")),
+    ("CUDA error", re.compile(r"CUDA error: |CUDNN_STATUS_[A-Z_]*ERROR|cudaErrorLaunchFailure|an illegal memory access")),
+    ("MXNet error", re.compile(r"mxnet\.base\.MXNetError")),
+]
+
+
+def _decode(chunk: str | bytes | bytearray) -> str:
+    if isinstance(chunk, (bytes, bytearray)):
+        return bytes(chunk).decode("utf-8", errors="replace")
+    if not isinstance(chunk, str):
+        return str(chunk)
+    return chunk
+
+
+def split_lines(lines: Iterable[str | bytes]) -> Iterator[str]:
+    """Yield clean text lines from ``lines`` (an open file, a list of strings, bytes...).
+
+    Each item is one line (a trailing newline is optional); an item holding ``\\r`` or
+    several lines (tqdm progress bars glued before a log line) is split further, like
+    Python's universal-newline mode, which is how DLPerf's extractors saw such logs.
+    NUL bytes are dropped and lines are cut at :data:`MAX_LINE` characters.
+    """
+    for item in lines:
+        text = _decode(item)
+        if "\x00" in text:
+            text = text.replace("\x00", "")
+        parts = _NEWLINES.split(text)
+        if len(parts) > 1 and parts[-1] == "":
+            parts.pop()
+        for p in parts:
+            yield p[:MAX_LINE]
+
+
+def split_chunks(chunks: Iterable[str | bytes]) -> Iterator[str]:
+    """Yield text lines from arbitrary pieces of a stream (a line may span pieces).
+
+    Same splitting as :func:`split_lines`; a line longer than :data:`MAX_LINE` is cut
+    (its head is kept, the rest up to the next line break dropped), so memory stays
+    bounded whatever the input (a binary file without newlines included).
+    """
+    pending = ""  # text of an unfinished line
+    after_cr = False  # the previous chunk ended with "\\r" (maybe half of "\\r\\n")
+    skipping = False  # inside an over-long line whose head was already emitted
+    for chunk in chunks:
+        text = _decode(chunk)
+        if "\x00" in text:
+            text = text.replace("\x00", "")
+        if not text:
+            continue
+        if after_cr and text.startswith("\n"):
+            text = text[1:]
+        after_cr = text.endswith("\r")
+        parts = _NEWLINES.split(pending + text)
+        pending = parts.pop()  # "" when the chunk ended with a line break
+        for p in parts:
+            if skipping:
+                skipping = False
+                continue
+            yield p[:MAX_LINE]
+        if skipping:
+            pending = ""
+        elif len(pending) > MAX_LINE:
+            yield pending[:MAX_LINE]
+            pending = ""
+            skipping = True
+    if pending and not skipping:
+        yield pending[:MAX_LINE]
+
+
+def read_log(path: str) -> Iterator[str]:
+    """Stream the lines of the log file at ``path`` (binary-safe, constant memory)."""
+
+    def chunks() -> Iterator[bytes]:
+        with open(path, "rb") as fh:
+            while True:
+                block = fh.read(_CHUNK)
+                if not block:
+                    return
+                yield block
+
+    return split_chunks(_utf8_safe(chunks()))
+
+
+def _utf8_safe(blocks: Iterable[bytes]) -> Iterator[str]:
+    """Decode byte blocks without splitting a multi-byte UTF-8 character across blocks."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for b in blocks:
+        yield dec.decode(b)
+    tail = dec.decode(b"", final=True)
+    if tail:
+        yield tail
+
+
+def strip_tag(line: str) -> tuple[int | None, str]:
+    """``"[1,5]<stderr>:INFO:root:..."`` -> ``(5, "INFO:root:...")``; untagged -> ``(None, line)``."""
+    m = _TAG.match(line)
+    if not m:
+        return None, line
+    return int(m.group(2)), line[m.end():]
+
+
+def parse_float(text: str) -> float | None:
+    """A finite float or None (NaN, inf and garbage are rejected)."""
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(v) or math.isinf(v):
+        return None
+    return v
+
+
+class FactCollector:
+    """Accumulates :class:`LogFacts` while a parser streams a log."""
+
+    def __init__(self) -> None:
+        self.facts = LogFacts()
+        self._iters: set[int] = set()
+        self._ranks: set[int] = set()
+        self._crash_seen: set[str] = set()
+
+    def line(self, text: str) -> None:
+        """Count a line and look for crash markers in it."""
+        self.facts.lines += 1
+        if len(self.facts.crash_markers) >= MAX_RECORDED:
+            return
+        # cheap pre-filter: every marker contains one of these letters sequences
+        for name, rx in CRASH_PATTERNS:
+            if rx.search(text):
+                snippet = text.strip()[:200]
+                entry = f"{name}: {snippet}" if snippet and snippet != name else name
+                key = name + "|" + snippet
+                if key not in self._crash_seen:
+                    self._crash_seen.add(key)
+                    self.facts.crash_markers.append(entry)
+                break
+
+    def error(self, message: str) -> None:
+        """Record a parse problem (value not a finite number, garbage in an iteration line...)."""
+        if len(self.facts.errors) < MAX_RECORDED:
+            self.facts.errors.append(message)
+        elif len(self.facts.errors) == MAX_RECORDED:
+            self.facts.errors.append("... more parse errors not shown")
+
+    def iteration(self, it: int, rank: int | None = None) -> None:
+        self._iters.add(it)
+        if rank is not None:
+            self._ranks.add(rank)
+
+    def rank(self, rank: int) -> None:
+        self._ranks.add(rank)
+
+    def finish(self) -> LogFacts:
+        self.facts.iterations_seen = sorted(self._iters)
+        self.facts.ranks_seen = sorted(self._ranks)
+        return self.facts
+
+
+def missing_iterations(seen: Iterable[int], first: int, last: int, limit: int = 5) -> list[int]:
+    """Iterations in ``first..last`` (inclusive) that are absent from ``seen`` (at most ``limit``)."""
+    s = set(seen)
+    out = []
+    for i in range(first, last + 1):
+        if i not in s:
+            out.append(i)
+            if len(out) >= limit:
+                break
+    return out
+
+
+def fmt_list(items: list, limit: int = 5) -> str:
+    head = ", ".join(str(i) for i in items[:limit])
+    return head + (", ..." if len(items) > limit else "")
+
+
+def round2(x: float) -> float:
+    """DLPerf rounds each per-file result with Python's ``round(x, 2)``."""
+    return round(float(x), 2)

@@ -1,0 +1,271 @@
+"""The result JSON: one file per run, read by the store, history, Airflow and the UI plugin.
+
+Format (``schema_version`` 1; documented in docs/TEAM_NOTES.md "Result JSON")::
+
+    {"schema_version": 1,
+     "run": {run metadata: run_id, suite, framework, dag_run_id, started_at, finished_at,
+             image, image_digest, upstream_commit, cluster, env, window, source ...},
+     "cells": [{cell_id, cell, model, topology, nodes, gpus, batch_size_per_device, precision,
+                xla, layout_case, layout_group, metric_kind, unit, median_speed, average_speed,
+                min, max, stdev, cv, n_valid, n_invalid, values, speedup, speedup_state,
+                scaling_efficiency, latency_ms, memory_mib, throughput,
+                trials: [{index, trial_id, trial_key, status, valid, reason, value, metric,
+                          node_names, exit_codes, samples, log, logs, started_at, finished_at}]}],
+     "dlperf": {"bz32": {"bert-base": {"1n1g": {"average_speed", "batch_size_per_device",
+                                                 "median_speed", "speedup"}}}}}
+
+``samples`` are ``[iteration, value]`` or ``[iteration, value, rank]`` (rank when the log
+names it); non-finite raw values are written as the strings ``"NaN"``, ``"Infinity"``,
+``"-Infinity"`` so the file stays strict JSON.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import jsonschema
+
+from dlperf_tasks.errors import DlperfError
+from dlperf_tasks.model import MetricKind, TrialResult
+from dlperf_tasks.stats import CellStats, dlperf_dict, dlperf_round
+
+SCHEMA_VERSION = 1
+
+
+class ResultFormatError(DlperfError):
+    """A result JSON is unreadable, of an unknown schema_version, or malformed."""
+
+
+RUN_DEFAULTS: dict[str, Any] = {
+    "run_id": None,
+    "suite": None,
+    "framework": None,
+    "dag_run_id": None,
+    "started_at": None,
+    "finished_at": None,
+    "image": None,
+    "image_digest": None,
+    "upstream_commit": None,
+    "cluster": {"nodes": []},
+    "env": {},
+}
+
+_NUM = {"type": ["number", "null"]}
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["schema_version", "run", "cells", "dlperf"],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "run": {"type": "object", "required": ["run_id", "suite"]},
+        "dlperf": {"type": "object"},
+        "cells": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["cell_id", "cell", "topology", "batch_size_per_device", "precision", "metric_kind",
+                             "median_speed", "average_speed", "speedup", "speedup_state", "n_valid",
+                             "n_invalid", "trials"],
+                "properties": {
+                    "cell_id": {"type": "string"},
+                    "metric_kind": {"enum": [k.value for k in MetricKind]},
+                    "median_speed": _NUM, "average_speed": _NUM, "speedup": _NUM,
+                    "n_valid": {"type": "integer", "minimum": 0},
+                    "n_invalid": {"type": "integer", "minimum": 0},
+                    "trials": {
+                        "type": "array",
+                        "items": {"type": "object", "required": ["index", "trial_id", "status", "reason", "value"],
+                                  "properties": {"index": {"type": "integer"}, "status": {"type": "string"},
+                                                 "value": _NUM, "samples": {"type": "array"}}},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def _num(v: float | None) -> float | str | None:
+    if v is None:
+        return None
+    v = float(v)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+def _finite_or_none(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
+def trial_to_dict(r: TrialResult) -> dict[str, Any]:
+    """One trial with its raw numbers (kept for invalid trials too)."""
+    m = r.metric
+    samples = []
+    for s in r.samples:
+        row = [s.iteration, _num(s.value)]
+        if s.rank is not None:
+            row.append(s.rank)
+        samples.append(row)
+    return {
+        "index": r.trial.index,
+        "trial_id": r.trial.id,
+        "trial_key": r.trial.key,
+        "status": r.status.value,
+        "valid": r.valid,
+        "reason": r.reason,
+        "value": dlperf_round(_finite_or_none(m.value)) if m else None,
+        "metric": None if m is None else {
+            "kind": MetricKind(m.kind).value, "value": _num(m.value),
+            "memory_mib": _num(m.memory_mib), "throughput": _num(m.throughput),
+        },
+        "node_names": list(r.nodes),
+        "exit_codes": dict(r.exit_codes),
+        "samples": samples,
+        "log": r.log_paths[0] if r.log_paths else None,
+        "logs": list(r.log_paths),
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+    }
+
+
+def cell_to_dict(st: CellStats) -> dict[str, Any]:
+    c = st.cell
+    return {
+        "cell_id": c.id,
+        "cell": c.to_dict(),
+        "suite": c.suite,
+        "model": c.model,
+        "topology": c.topology.name,
+        "nodes": c.topology.nodes,
+        "gpus": c.topology.world_size,
+        "gpus_per_node": c.topology.gpus_per_node,
+        "batch_size_per_device": c.batch_size_per_device,
+        "precision": c.precision,
+        "xla": c.xla,
+        "layout_case": c.layout.case if c.layout else None,
+        "layout_group": c.layout.group if c.layout else None,
+        "metric_kind": st.metric_kind.value,
+        "unit": st.unit,
+        "median_speed": st.median,
+        "average_speed": st.average,
+        "min": st.min,
+        "max": st.max,
+        "stdev": st.stdev,
+        "cv": st.cv,
+        "n_valid": st.n_valid,
+        "n_invalid": st.n_invalid,
+        "values": list(st.values),
+        "speedup": st.speedup,
+        "speedup_state": st.speedup_state,
+        "scaling_efficiency": st.scaling_efficiency,
+        "latency_ms": st.latency_ms,
+        "memory_mib": st.memory_mib,
+        "throughput": st.throughput,
+        "trials": [trial_to_dict(t) for t in st.trials],
+    }
+
+
+def _latency_dict(cells: Iterable[CellStats]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for st in cells:
+        if st.metric_kind != MetricKind.LATENCY or st.median is None:
+            continue
+        case = st.cell.layout.case if st.cell.layout else st.cell.topology.name
+        out[case] = {"group": st.cell.layout.group if st.cell.layout else None,
+                     "latency_ms": st.median, "memory_mib": st.memory_mib, "topology": st.cell.topology.name}
+    return out
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def build_result(cells: list[CellStats], run: Mapping[str, Any] | None = None, *,
+                 dlperf_model: str | None = None) -> dict[str, Any]:
+    """Assemble the result document. ``run`` overrides :data:`RUN_DEFAULTS` (never put secrets
+    or IP addresses in it). ``dlperf_model`` is the model key of the seeds' dict (e.g. ``bert``)."""
+    run_meta = dict(RUN_DEFAULTS)
+    run_meta.update(run or {})
+    if run_meta.get("suite") is None and cells:
+        run_meta["suite"] = cells[0].cell.suite
+    if run_meta.get("framework") is None and cells:
+        run_meta["framework"] = cells[0].cell.framework
+    dl = dlperf_dict(cells, dlperf_model)
+    lat = _latency_dict(cells)
+    if lat:
+        dl["latency"] = lat
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run": run_meta,
+        "cells": [cell_to_dict(st) for st in cells],
+        "dlperf": dl,
+    }
+
+
+def dumps(result: Mapping[str, Any]) -> str:
+    """Serialise: indented, but each trial's sample list on one line (they can be long)."""
+    doc = json.loads(json.dumps(result))  # deep copy
+    blobs: dict[str, str] = {}
+    for ci, cell in enumerate(doc.get("cells", [])):
+        for ti, trial in enumerate(cell.get("trials", [])):
+            token = f"@@samples-{ci}-{ti}@@"
+            blobs[f'"{token}"'] = json.dumps(trial.get("samples", []), separators=(",", ":"), allow_nan=False)
+            trial["samples"] = token
+    text = json.dumps(doc, indent=2, allow_nan=False)
+    for token, blob in blobs.items():
+        text = text.replace(token, blob, 1)
+    return text + "\n"
+
+
+def write_result(result: Mapping[str, Any], path: str | os.PathLike) -> Path:
+    """Validate and write atomically (temp file + rename). Returns the path."""
+    validate(result, where=str(path))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = dumps(result)
+    fd, tmp = tempfile.mkstemp(prefix=".result-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def validate(result: Mapping[str, Any], where: str = "result") -> None:
+    """Raise :class:`ResultFormatError` naming the first problem."""
+    if not isinstance(result, Mapping):
+        raise ResultFormatError(f"{where}: top level must be a JSON object, got {type(result).__name__}")
+    version = result.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ResultFormatError(
+            f"{where}: unsupported schema_version {version!r} (this dlperf reads schema_version {SCHEMA_VERSION})")
+    try:
+        jsonschema.validate(result, SCHEMA)
+    except jsonschema.ValidationError as exc:
+        loc = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
+        raise ResultFormatError(f"{where}: invalid result at {loc}: {exc.message}") from None
+
+
+def load_result(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and validate a result JSON (checks ``schema_version``)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        raise ResultFormatError(f"result file {path} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise ResultFormatError(f"{path}: not valid JSON: {exc}") from None
+    validate(doc, where=str(path))
+    return doc

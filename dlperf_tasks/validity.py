@@ -1,0 +1,176 @@
+"""The validity gate: decide whether a trial's numbers may enter the statistics.
+
+A trial is valid (``TrialStatus.OK``) only when
+
+* every node's exit code is 0 (when known),
+* the log holds every expected iteration (up to ``window.total``, without gaps),
+* every rank the framework expects printed iteration lines,
+* every sample value is finite (and > 0, except raw timestamps),
+* no crash marker (``Traceback``, ``NCCL error``, ``Killed`` ...) and no parse error was seen,
+* the framework's own :meth:`Framework.check` has no objection,
+* the framework's speed rule yields a finite value > 0.
+
+Otherwise the result keeps its raw samples (and, where the speed rule could still be
+applied, the raw value) with status ``INVALID_LOG`` (``NONZERO_EXIT`` for a non-zero exit
+code), or keeps a runtime status such as ``HANG`` / ``TIMEOUT`` that the runner set.
+``reason`` names every problem, separated by ``"; "``.
+
+Pure logic, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Mapping
+
+from dlperf_tasks.frameworks.base import Framework
+from dlperf_tasks.model import ParsedLog, Trial, TrialMetric, TrialResult, TrialStatus, Window
+
+#: sample units whose value is a timestamp (may be 0 or negative relative times)
+_TIMESTAMP_UNITS = {"s"}
+_MAX_LISTED = 5
+
+
+def _fmt_list(items: list) -> str:
+    shown = ", ".join(str(i) for i in items[:_MAX_LISTED])
+    return shown + (f" (+{len(items) - _MAX_LISTED} more)" if len(items) > _MAX_LISTED else "")
+
+
+def _ranges(numbers: list[int]) -> str:
+    """[3, 4, 5, 9] -> '3-5, 9'"""
+    out: list[str] = []
+    start = prev = None
+    for n in numbers:
+        if start is None:
+            start = prev = n
+        elif n == prev + 1:
+            prev = n
+        else:
+            out.append(f"{start}-{prev}" if start != prev else str(start))
+            start = prev = n
+    if start is not None:
+        out.append(f"{start}-{prev}" if start != prev else str(start))
+    return _fmt_list(out)
+
+
+def iteration_problems(iterations: list[int], window: Window) -> list[str]:
+    """Reasons why ``iterations`` (distinct iteration numbers seen) do not cover the window.
+
+    The stride is the most common step between consecutive iterations, so logs that print
+    every 10th iteration (Megatron ``--log-interval 10``) are checked for gaps too.
+    """
+    its = sorted(set(int(i) for i in iterations))
+    if not its:
+        return ["no iteration lines found in the log"]
+    problems = []
+    last = its[-1]
+    if last < window.total:
+        problems.append(
+            f"log ends at iteration {last}, expected {window.total} "
+            f"({window.warmup} warm-up + {window.measure} measured): truncated or crashed run"
+        )
+    upto = [i for i in its if i <= window.total]
+    if len(upto) >= 2:
+        diffs = Counter(b - a for a, b in zip(upto, upto[1:]))
+        stride = diffs.most_common(1)[0][0]
+        missing: list[int] = []
+        for a, b in zip(upto, upto[1:]):
+            if b - a != stride:
+                missing.extend(range(a + stride, b, stride) if stride > 0 else [])
+        if missing:
+            problems.append(f"missing iterations {_ranges(missing)}")
+    return problems
+
+
+def generic_problems(parsed: ParsedLog, window: Window, expected_ranks: list[int] | None = None,
+                     exit_codes: Mapping[str, int | None] | None = None) -> tuple[list[str], bool]:
+    """Framework-independent checks. Returns (reasons, nonzero_exit)."""
+    reasons: list[str] = []
+    nonzero = False
+    for node, code in sorted((exit_codes or {}).items()):
+        if code is not None and code != 0:
+            reasons.append(f"{node} exited with code {code}")
+            nonzero = True
+    facts = parsed.facts
+    if facts.crash_markers:
+        reasons.append(f"crash marker in log: {_fmt_list(list(dict.fromkeys(facts.crash_markers)))}")
+    if facts.errors:
+        reasons.append(f"unparsable lines: {_fmt_list(facts.errors)}")
+    its = facts.iterations_seen or sorted({s.iteration for s in parsed.samples})
+    reasons.extend(iteration_problems(its, window))
+    if expected_ranks and facts.ranks_seen:  # only logs that name ranks (e.g. mpirun --tag-output)
+        missing = sorted(set(expected_ranks) - set(facts.ranks_seen))
+        if missing:
+            reasons.append(f"ranks {_fmt_list(missing)} printed no iteration lines")
+    bad = []
+    for s in parsed.samples:
+        v = s.value
+        ok = isinstance(v, (int, float)) and math.isfinite(v)
+        if ok and s.unit not in _TIMESTAMP_UNITS:
+            ok = v > 0
+        if not ok:
+            bad.append(f"iteration {s.iteration}: {v!r}")
+    if bad:
+        reasons.append(f"non-finite or non-positive values ({len(bad)}): {_fmt_list(bad)}")
+    return reasons, nonzero
+
+
+def _metric_problem(metric: TrialMetric) -> str | None:
+    v = metric.value
+    if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        return f"speed rule gave {v!r} (must be finite and > 0)"
+    return None
+
+
+def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window | None = None, *,
+         exit_codes: Mapping[str, int | None] | None = None,
+         runtime_status: TrialStatus | None = None, runtime_reason: str = "",
+         log_paths: list[str] | None = None, nodes: list[str] | None = None,
+         started_at: float | None = None, finished_at: float | None = None) -> TrialResult:
+    """Check one trial and compute its metric.
+
+    ``window`` defaults to the cell's window. ``runtime_status`` is what the runner saw
+    (``HANG``, ``TIMEOUT``, ``NONZERO_EXIT``...); any status other than OK/None is kept,
+    with the log problems appended to the reason.
+    """
+    cell = trial.cell
+    window = window or cell.window
+    reasons, nonzero = generic_problems(parsed, window, framework.expected_ranks(cell), exit_codes)
+    try:
+        reasons.extend(framework.check(parsed, cell, window))
+    except Exception as exc:  # a framework check must not take the whole extraction down
+        reasons.append(f"{framework.name} check failed: {type(exc).__name__}: {exc}")
+
+    metric: TrialMetric | None = None
+    try:
+        metric = framework.trial_metric(parsed, cell, window)
+    except Exception as exc:
+        if not reasons:  # only worth saying when nothing else explains it
+            reasons.append(f"speed rule failed: {type(exc).__name__}: {exc}")
+    if metric is not None and not reasons:
+        problem = _metric_problem(metric)
+        if problem:
+            reasons.append(problem)
+
+    if runtime_status not in (None, TrialStatus.OK):
+        status = runtime_status
+        reasons = ([runtime_reason] if runtime_reason else [runtime_status.value.lower()]) + reasons
+    elif nonzero:
+        status = TrialStatus.NONZERO_EXIT
+    elif reasons:
+        status = TrialStatus.INVALID_LOG
+    else:
+        status = TrialStatus.OK
+    return TrialResult(
+        trial=trial, status=status, reason="; ".join(reasons), metric=metric,
+        samples=list(parsed.samples), log_paths=list(log_paths or []), nodes=list(nodes or []),
+        exit_codes=dict(exit_codes or {}), started_at=started_at, finished_at=finished_at,
+    )
+
+
+def missing_log(trial: Trial, what: str, *, log_paths: list[str] | None = None,
+                runtime_status: TrialStatus | None = None) -> TrialResult:
+    """A trial whose metrics log is absent or unreadable (status INVALID_LOG unless the runner said more)."""
+    status = runtime_status if runtime_status not in (None, TrialStatus.OK) else TrialStatus.INVALID_LOG
+    return TrialResult(trial=trial, status=status, reason=what, log_paths=list(log_paths or []))

@@ -1,0 +1,1 @@
+"""dlperf stand-in: see torch/distributed/launch.py."""
