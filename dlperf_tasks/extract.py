@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 from dlperf_tasks import frameworks
 from dlperf_tasks.errors import ExtractError
 from dlperf_tasks.frameworks.base import Framework
-from dlperf_tasks.model import Cell, LogFacts, ParallelLayout, ParsedLog, Trial, TrialResult, Window
+from dlperf_tasks.model import Cell, LogFacts, MetricKind, ParallelLayout, ParsedLog, Trial, TrialResult, Window
 from dlperf_tasks.stats import CellStats, aggregate
 from dlperf_tasks.topology import Topology
 from dlperf_tasks.validity import gate, missing_log
@@ -214,9 +214,20 @@ def _megatron_layout(suite, topo: Topology, m: re.Match) -> ParallelLayout:
                           micro_batch=mbs, global_batch=gbs, hidden_size=h, num_heads=a, num_layers=l)
 
 
+def is_megatron_style(suite) -> bool:
+    """Suites whose logs are named the Megatron way (seed 002): parallel layouts / latency metric."""
+    if getattr(suite, "layouts", None):
+        return True
+    try:
+        return frameworks.get(suite.framework).metric_kind == MetricKind.LATENCY
+    except KeyError:
+        return False
+
+
 def discover(source_files: Iterable[str], suite, window: Window, batch_size_per_device: int | None = None,
              prefix: str | None = None) -> tuple[list[TrialFiles], list[tuple[str, str]], int]:
     """Group the files of a tree into trials. Returns (trials, skipped, files_seen)."""
+    megatron = is_megatron_style(suite)
     trials: dict[tuple, TrialFiles] = {}
     skipped: list[tuple[str, str]] = []
     prefixes: dict[str, str] = {}  # prefix -> first file
@@ -227,7 +238,11 @@ def discover(source_files: Iterable[str], suite, window: Window, batch_size_per_
         if not name.endswith(".log"):
             continue
         m = TRIAL_FILE_RE.match(name)
-        if m and not MEGATRON_FILE_RE.match(name):
+        mm = MEGATRON_FILE_RE.match(name)
+        if m and not mm:
+            if megatron:
+                skipped.append((rel, f"DLPerf-style log, but suite {suite.id} reads Megatron logs (..._pretrain_<k>.log)"))
+                continue
             topo = topology_from_path(rel)
             if topo is None:
                 skipped.append((rel, "no <N>n<G>g directory above it"))
@@ -246,9 +261,11 @@ def discover(source_files: Iterable[str], suite, window: Window, batch_size_per_
             node = int(m["node"]) if m["node"] else 0
             key = (str(PurePosixPath(rel).parent), m["prefix"], cell, trial.index)
         else:
-            mm = MEGATRON_FILE_RE.match(name)
             if not mm:
                 skipped.append((rel, "name does not match the DLPerf log naming"))
+                continue
+            if not megatron:
+                skipped.append((rel, f"Megatron log, but suite {suite.id} is not a Megatron suite"))
                 continue
             topo = Topology(int(mm["nodes"]), int(mm["gpus"]))
             layout = _megatron_layout(suite, topo, mm)
@@ -306,22 +323,48 @@ def _merge(parsed: dict[int, ParsedLog], metric_nodes: list[int]) -> ParsedLog:
     return ParsedLog(samples=samples, facts=facts, extra=extra)
 
 
-def extract_trial(source: _Source, fw: Framework, tf: TrialFiles, window: Window) -> TrialResult:
-    trial = tf.trial
+def _gate_logs(fw: Framework, trial: Trial, logs: dict[int, str], open_lines: Callable[[str], Iterable[str]],
+               window: Window, **runtime: Any) -> TrialResult:
+    """Parse every node's log of one trial, merge, gate. ``runtime``: gate()'s keyword arguments."""
     metric_nodes = fw.metrics_nodes(trial.cell)
-    paths = [tf.logs[n].relpath for n in sorted(tf.logs)]
-    missing = [n for n in metric_nodes if n not in tf.logs]
+    paths = [logs[n] for n in sorted(logs)]
+    missing = [n for n in metric_nodes if n not in logs]
     if missing:
-        have = ", ".join(paths)
-        return missing_log(trial, f"log of node {', '.join(map(str, missing))} (the node that prints the "
-                                  f"iteration lines) not found; found only {have}", log_paths=paths)
+        have = ", ".join(paths) or "no log at all"
+        what = (f"log of node {', '.join(map(str, missing))} (the node that prints the iteration lines) "
+                f"not found; found: {have}")
+        if runtime.get("runtime_reason"):
+            what = f"{runtime['runtime_reason']}; {what}"
+        return missing_log(trial, what, log_paths=paths, **runtime)
     parsed: dict[int, ParsedLog] = {}
-    for node, lf in sorted(tf.logs.items()):
+    for node, rel in sorted(logs.items()):
         try:
-            parsed[node] = fw.parse(source.lines(lf.relpath))
+            parsed[node] = fw.parse(open_lines(rel))
         except OSError as exc:
-            return missing_log(trial, f"cannot read {lf.relpath}: {exc}", log_paths=paths)
-    return gate(fw, trial, _merge(parsed, metric_nodes), window, log_paths=paths)
+            return missing_log(trial, f"cannot read {rel}: {exc}", log_paths=paths, **runtime)
+    return gate(fw, trial, _merge(parsed, metric_nodes), window, log_paths=paths, **runtime)
+
+
+def extract_trial(source: _Source, fw: Framework, tf: TrialFiles, window: Window) -> TrialResult:
+    return _gate_logs(fw, tf.trial, {n: lf.relpath for n, lf in tf.logs.items()}, source.lines, window)
+
+
+def gate_run_logs(trial: Trial, run_dir: str | os.PathLike, window: Window | None = None, **runtime: Any) -> TrialResult:
+    """Gate a trial that a sweep ran: its node logs lie in ``run_dir`` at ``Framework.log_relpath``.
+
+    ``runtime`` is passed to :func:`dlperf_tasks.validity.gate`: ``exit_codes``, ``runtime_status``,
+    ``runtime_reason``, ``nodes``, ``started_at``, ``finished_at``. Missing node logs other than the
+    metrics node(s) are fine (e.g. MXNet's mpirun writes one log on node 0).
+    """
+    fw = frameworks.get(trial.cell.framework)
+    root = Path(run_dir)
+    logs = {}
+    for node in range(trial.cell.topology.nodes):
+        rel = fw.log_relpath(trial, node)
+        if (root / rel).is_file():
+            logs[node] = rel
+    return _gate_logs(fw, trial, logs, lambda rel: _decode_stream(open(root / rel, "rb")),
+                      window or trial.cell.window, **runtime)
 
 
 def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int | None = None,

@@ -110,17 +110,22 @@ class CellStats:
         return self.median if self.metric_kind == MetricKind.LATENCY else None
 
 
-def _kind(trials: list[TrialResult]) -> MetricKind:
+def _kind(cell: Cell, trials: list[TrialResult]) -> MetricKind:
     for t in trials:
         if t.metric is not None:
             return MetricKind(t.metric.kind)
-    return MetricKind.THROUGHPUT
+    try:  # no trial produced a metric: ask the framework (lazy import keeps this module light)
+        from dlperf_tasks import frameworks
+
+        return MetricKind(frameworks.get(cell.framework).metric_kind)
+    except Exception:
+        return MetricKind.THROUGHPUT
 
 
 def cell_stats(cell: Cell, trials: list[TrialResult]) -> CellStats:
     """Median/average/dispersion of one cell (speedup is filled in by :func:`aggregate`)."""
     trials = sorted(trials, key=lambda t: t.trial.index)
-    st = CellStats(cell=cell, trials=trials, metric_kind=_kind(trials))
+    st = CellStats(cell=cell, trials=trials, metric_kind=_kind(cell, trials))
     values = [v for v in (trial_value(t) for t in trials if t.valid) if v is not None]
     st.values = values
     if not values:

@@ -170,7 +170,18 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
 
 
 def missing_log(trial: Trial, what: str, *, log_paths: list[str] | None = None,
-                runtime_status: TrialStatus | None = None) -> TrialResult:
-    """A trial whose metrics log is absent or unreadable (status INVALID_LOG unless the runner said more)."""
-    status = runtime_status if runtime_status not in (None, TrialStatus.OK) else TrialStatus.INVALID_LOG
-    return TrialResult(trial=trial, status=status, reason=what, log_paths=list(log_paths or []))
+                runtime_status: TrialStatus | None = None, exit_codes: Mapping[str, int | None] | None = None,
+                nodes: list[str] | None = None, started_at: float | None = None,
+                finished_at: float | None = None, **_ignored) -> TrialResult:
+    """A trial whose metrics log is absent or unreadable: status INVALID_LOG, or NONZERO_EXIT when a
+    node's exit code says so, or the runner's own status (HANG, TIMEOUT...)."""
+    bad = [f"{n} exited with code {c}" for n, c in sorted((exit_codes or {}).items()) if c not in (None, 0)]
+    if runtime_status not in (None, TrialStatus.OK):
+        status = runtime_status
+    elif bad:
+        status = TrialStatus.NONZERO_EXIT
+    else:
+        status = TrialStatus.INVALID_LOG
+    return TrialResult(trial=trial, status=status, reason="; ".join(bad + [what]), log_paths=list(log_paths or []),
+                       nodes=list(nodes or []), exit_codes=dict(exit_codes or {}), started_at=started_at,
+                       finished_at=finished_at)

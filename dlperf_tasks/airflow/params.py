@@ -53,6 +53,10 @@ def schemas(suite_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
             "uniqueItems": True, "title": "Topologies",
             "description": "<nodes>n<gpus per node>g, e.g. [\"1n1g\", \"1n8g\", \"2n8g\"]; empty = the suite's.",
         },
+        "xla": {
+            "type": ["null", "string"], "enum": [None, "off", "on", "both"],
+            "title": "XLA", "description": "TensorFlow only: off, on or both; empty = the suite's.",
+        },
         "trials": {
             "type": ["null", "integer"], "minimum": 1, "maximum": 20,
             "title": "Trials per cell", "description": "Runs of each cell (DLPerf: 5-7); empty = the suite's.",
@@ -81,7 +85,7 @@ def schemas(suite_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
 
 
 def defaults(policy: str = "continue") -> dict[str, Any]:
-    return {"suites": [], "batch_sizes": [], "precisions": [], "topologies": [], "trials": None,
+    return {"suites": [], "batch_sizes": [], "precisions": [], "topologies": [], "xla": None, "trials": None,
             "warmup_iters": None, "measure_iters": None, "image_tag": None, "dry_run": False, "policy": policy}
 
 

@@ -342,7 +342,7 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
             repo=u["repo"],
             commit=u.get("commit", ""),
             workdir=u.get("workdir", ""),
-            patches=tuple(Patch(p["path"], p["description"], p.get("diff", "")) for p in u.get("patches", [])),
+            patches=tuple(Patch(p["path"], p["description"].strip(), p.get("diff", "")) for p in u.get("patches", [])),
             ref=u.get("ref", ""),
         )
 
@@ -351,7 +351,7 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
     problems.raise_if_any()
     extra = {k: data[k] for k in ("requirements", "logs", "notes") if k in data}
     if data.get("upstream") and data["upstream"].get("note"):
-        extra["upstream_note"] = data["upstream"]["note"]
+        extra["upstream_note"] = data["upstream"]["note"].strip()
     return Suite(
         id=data["id"],
         framework=data["framework"],

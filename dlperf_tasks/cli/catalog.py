@@ -85,8 +85,16 @@ def _show(args) -> int:
     else:
         import yaml
 
+        class _Dumper(yaml.SafeDumper):
+            pass
+
+        def _str(dumper, value):  # multi-line text (patch diffs) as readable block literals
+            style = "|" if "\n" in value else None
+            return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+        _Dumper.add_representer(str, _str)
         print(f"# source: {suite.source}")
-        print(yaml.safe_dump(d, sort_keys=False, allow_unicode=True, width=110), end="")
+        print(yaml.dump(d, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=110), end="")
     return 0
 
 

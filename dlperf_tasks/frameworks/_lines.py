@@ -34,7 +34,7 @@ CRASH_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("Traceback", re.compile(r"Traceback \(most recent call last\)")),
     ("CUDA out of memory", re.compile(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
     ("out of memory", re.compile(r"\bResourceExhaustedError\b|\bOOM when allocating\b|std::bad_alloc")),
-    ("NCCL error", re.compile(r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN .*(?:failed|error)", re.I)),
+    ("NCCL error", re.compile(r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN .*(?i:failed|error)")),
     ("Killed", re.compile(r"(?:^|\s)Killed(?:\s|$)")),
     ("exited on signal", re.compile(r"exited on signal \d+")),
     ("non-zero exit", re.compile(r"returned a non-zero exit code|returned non-zero exit status")),
@@ -43,6 +43,10 @@ CRASH_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("CUDA error", re.compile(r"CUDA error: |CUDNN_STATUS_[A-Z_]*ERROR|cudaErrorLaunchFailure|an illegal memory access")),
     ("MXNet error", re.compile(r"mxnet\.base\.MXNetError")),
 ]
+
+
+# one combined regex (group g<i> = CRASH_PATTERNS[i]) so each line is searched once
+_CRASH_ANY = re.compile("|".join(f"(?P<g{i}>{rx.pattern})" for i, (_, rx) in enumerate(CRASH_PATTERNS)))
 
 
 def _decode(chunk: str | bytes | bytearray) -> str:
@@ -167,16 +171,15 @@ class FactCollector:
         self.facts.lines += 1
         if len(self.facts.crash_markers) >= MAX_RECORDED:
             return
-        # cheap pre-filter: every marker contains one of these letters sequences
-        for name, rx in CRASH_PATTERNS:
-            if rx.search(text):
-                snippet = text.strip()[:200]
-                entry = f"{name}: {snippet}" if snippet and snippet != name else name
-                key = name + "|" + snippet
-                if key not in self._crash_seen:
-                    self._crash_seen.add(key)
-                    self.facts.crash_markers.append(entry)
-                break
+        m = _CRASH_ANY.search(text)
+        if not m:
+            return
+        name = CRASH_PATTERNS[int(m.lastgroup[1:])][0]
+        snippet = text.strip()[:200]
+        key = name + "|" + snippet
+        if key not in self._crash_seen:
+            self._crash_seen.add(key)
+            self.facts.crash_markers.append(f"{name}: {snippet}" if snippet and snippet != name else name)
 
     def error(self, message: str) -> None:
         """Record a parse problem (value not a finite number, garbage in an iteration line...)."""

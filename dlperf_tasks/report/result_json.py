@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping
 import jsonschema
 
 from dlperf_tasks.errors import DlperfError
-from dlperf_tasks.model import MetricKind, TrialResult
+from dlperf_tasks.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
 from dlperf_tasks.stats import CellStats, dlperf_dict, dlperf_round
 
 SCHEMA_VERSION = 1
@@ -134,6 +134,40 @@ def trial_to_dict(r: TrialResult) -> dict[str, Any]:
         "started_at": r.started_at,
         "finished_at": r.finished_at,
     }
+
+
+def _num_back(v: float | str | None) -> float | None:
+    if isinstance(v, str):
+        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[v]
+    return None if v is None else float(v)
+
+
+def trial_from_dict(cell: Cell, d: Mapping[str, Any]) -> TrialResult:
+    """Rebuild a TrialResult from its result-JSON form (inverse of :func:`trial_to_dict`)."""
+    m = d.get("metric")
+    metric = None
+    if m is not None:
+        metric = TrialMetric(value=_num_back(m.get("value")), kind=MetricKind(m.get("kind", "throughput")),
+                             memory_mib=_num_back(m.get("memory_mib")), throughput=_num_back(m.get("throughput")))
+    unit = "ms/iter" if metric is not None and metric.kind == MetricKind.LATENCY else "samples/s"
+    samples = [Sample(iteration=int(row[0]), value=_num_back(row[1]), unit=unit,
+                      rank=int(row[2]) if len(row) > 2 and row[2] is not None else None)
+               for row in d.get("samples", [])]
+    return TrialResult(
+        trial=Trial(cell, int(d["index"])), status=TrialStatus(d["status"]), reason=d.get("reason", ""),
+        metric=metric, samples=samples, log_paths=list(d.get("logs") or ([d["log"]] if d.get("log") else [])),
+        nodes=list(d.get("node_names", [])), exit_codes=dict(d.get("exit_codes", {})),
+        started_at=d.get("started_at"), finished_at=d.get("finished_at"))
+
+
+def trials_from_result(result: Mapping[str, Any]) -> list[TrialResult]:
+    """Every trial of a result document as TrialResults, e.g. to merge runs and ``aggregate`` again.
+    (Sample units are not stored; they come back as samples/s or ms/iter by metric kind.)"""
+    out = []
+    for c in result.get("cells", []):
+        cell = Cell.from_dict(c["cell"])
+        out += [trial_from_dict(cell, t) for t in c.get("trials", [])]
+    return out
 
 
 def cell_to_dict(st: CellStats) -> dict[str, Any]:

@@ -268,3 +268,12 @@ def test_catalog_path_must_be_a_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("DLPERF_CATALOG_PATH", str(tmp_path / "missing"))
     with pytest.raises(CatalogError, match="is not a directory"):
         list_suites()
+
+
+def test_wrong_type_names_key(tmp_path):
+    d = _base()
+    d["trials"] = "three"
+    d["container"] = {"image": "nvcr.io/nvidia/mxnet:20.03-py3", "sshd_port": 70000}
+    msg = _error(_write(tmp_path, d))
+    assert "trials: 'three' is not of type 'integer'" in msg
+    assert "container.sshd_port: 70000 is greater than the maximum of 65535" in msg

@@ -183,3 +183,35 @@ def test_progress_reported_for_large_trees(tmp_path):
         ex._PROGRESS_EVERY_S = old
     assert res.cells[0].n_valid == 60 and res.cells[0].median == 103.6
     assert msgs and msgs[-1].startswith("dlperf extract: 60/60 trials parsed")
+
+
+def test_megatron_and_dlperf_logs_are_not_mixed_up(tmp_path):
+    name = "megatron_lm_perf_1n1g_dp1_mp1_pp1_mbs2_gbs2_l16_hsz1536_ahs16_pretrain_0.log"
+    put(FIX / "megatron_gpt" / name, tmp_path / name)
+    put(FIX / "mxnet_bert/bz32/1n1g/bert_b32_fp32_1.log", tmp_path / "1n1g" / "bert_b32_fp32_1.log")
+    res = extract_tree(load_suite("megatron-gpt"), tmp_path)
+    assert [t.trial.cell.layout.case for t in res.trials] == ["DP_1x1x1_2_1536x16"]
+    assert "reads Megatron logs" in dict(res.skipped)["1n1g/bert_b32_fp32_1.log"]
+    res = extract_tree(load_suite("mxnet-bert"), tmp_path, 32, Window(100, 100))
+    assert [t.trial.cell.topology.name for t in res.trials] == ["1n1g"]
+    assert "not a Megatron suite" in dict(res.skipped)[name]
+
+
+def test_gate_run_logs_reads_a_sweep_run_dir(tmp_path):
+    """A sweep's run dir holds logs at Framework.log_relpath; runtime facts (exit codes) are applied."""
+    from dlperf_tasks import frameworks
+    from dlperf_tasks.extract import gate_run_logs
+    from dlperf_tasks.model import Cell, Trial
+    from dlperf_tasks.topology import Topology
+
+    cell = Cell("pytorch-bert", "pytorch_bert", "bert-base", "amp", 96, Topology.parse("2n8g"))
+    trial = Trial(cell, 1)
+    fw = frameworks.get("pytorch_bert")
+    put(FIX / "pytorch_bert/fp16_ngc_bert_b96/pytorch/2n8g/bert-base-adam-training_b96_fp16_1.log",
+        tmp_path / fw.log_relpath(trial, 0))
+    r = gate_run_logs(trial, tmp_path, exit_codes={"node1": 0, "node2": 0}, nodes=["node1", "node2"])
+    assert r.status == TrialStatus.OK and round(r.metric.value, 2) == 5431.78 and r.nodes == ["node1", "node2"]
+    r = gate_run_logs(trial, tmp_path, exit_codes={"node1": 0, "node2": 1})
+    assert r.status == TrialStatus.NONZERO_EXIT and "node2 exited with code 1" in r.reason
+    r = gate_run_logs(Trial(cell, 2), tmp_path, runtime_status=TrialStatus.TIMEOUT, runtime_reason="ran past 3600 s")
+    assert r.status == TrialStatus.TIMEOUT and r.reason.startswith("ran past 3600 s; log of node 0")

@@ -185,3 +185,27 @@ def test_cli_plan_error_exit_code():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip() == "dlperf: error: invalid topology '1n8': expected <nodes>n<gpus>g, e.g. 1n8g or 16n8g"
+
+
+def test_suite_launcher_settings_are_accepted_by_the_framework_modules():
+    """Every suite's ``launcher:`` block builds a command for every node of every planned topology."""
+    from dlperf_tasks import frameworks
+    from dlperf_tasks.catalog import list_suites
+    from dlperf_tasks.frameworks.base import NodeSpec
+
+    for suite in list_suites():
+        fw = frameworks.get(suite.framework)
+        p = plan(suite, {"trials": 1})
+        seen = set()
+        for t in p.trials:
+            cell = t.trial.cell
+            if cell.topology in seen:
+                continue
+            seen.add(cell.topology)
+            nodes = [NodeSpec(name=f"node{i + 1}", address=f"127.0.0.{i + 1}", gpus=cell.topology.gpus_per_node)
+                     for i in range(cell.topology.nodes)]
+            ranks = [0] if fw.launch_mode == "mpi" else range(cell.topology.nodes)
+            for r in ranks:
+                spec = fw.launch(t.trial, r, nodes, suite.launcher)
+                assert spec.argv and all(isinstance(a, str) for a in spec.argv), (suite.id, cell.id)
+                assert len(t.log_paths) == cell.topology.nodes

@@ -118,3 +118,18 @@ def test_latency_table_like_seed_002():
         " -- | MP_1x1x1_8_768x12 | 611.2 (ms) | 9810 (MiB)")
     assert result["dlperf"]["latency"]["DP_1x1x1_2_1536x16"]["latency_ms"] == 464.12
     assert "latency and memory per case" in render_markdown(result)
+
+
+def test_trials_round_trip_through_result_json(tmp_path):
+    from dlperf_tasks.report.result_json import trials_from_result
+
+    c1, c8 = make_cell(), make_cell(topo="1n8g")
+    bad = TrialResult(trial=Trial(c8, 2), status=TrialStatus.HANG, reason="no progress",
+                      samples=[Sample(1, math.inf, "samples/s", rank=3)], exit_codes={"node1": None})
+    res = [ok(c1, 1, 100.0), ok(c8, 1, 700.0), bad]
+    first = build_result(aggregate(res), {"run_id": "r", "suite": "mxnet-bert"})
+    back = trials_from_result(load_result(write_result(first, tmp_path / "r.json")))
+    assert [(t.trial.id, t.status, t.reason) for t in back] == [(t.trial.id, t.status, t.reason) for t in res]
+    assert back[2].samples[0].value == math.inf and back[2].samples[0].rank == 3
+    again = build_result(aggregate(back), {"run_id": "r", "suite": "mxnet-bert"})
+    assert json.loads(dumps(again)) == json.loads(dumps(first))

@@ -135,3 +135,10 @@ def test_non_finite_metric_is_not_a_value():
     c1 = make_cell()
     (st,) = aggregate([ok(c1, 1, math.nan), ok(c1, 2, 10.0)])
     assert st.values == [10.0]
+
+
+def test_cell_without_any_metric_takes_kind_from_framework():
+    layout = ParallelLayout("DP", "DP_8x1x1_16_1536x16", 8, 1, 1, 2, 16, 1536, 16, 16)
+    cell = make_cell("megatron-gpt", "1n8g", 2, "amp", "gpt", "megatron_gpt", layout=layout)
+    (st,) = aggregate([TrialResult(trial=Trial(cell, 1), status=TrialStatus.HANG, reason="no progress for 600 s")])
+    assert st.metric_kind == MetricKind.LATENCY and st.speedup_state == "not_applicable" and st.n_invalid == 1

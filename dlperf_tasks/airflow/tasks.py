@@ -1,0 +1,424 @@
+"""What each task of a dlperf DAG does, as plain functions (the DAG factory wraps them).
+
+plan -> prepare -> trial (mapped, one per trial) -> collect -> aggregate -> report -> publish,
+and cleanup (a teardown that always runs).
+
+Everything heavy (catalog, planner, remote layer, statistics, store, pandas, boto3,
+paramiko, docker, matplotlib) is imported inside the functions, never at module level, so
+DAG parsing stays fast. Failures are classified: :class:`NonRetriable` (bad params, a
+broken suite, fail_fast policy) becomes ``AirflowFailException`` in the operators; a
+:class:`Retriable` trial failure (node unreachable, launch failure, timeout, hang) is raised
+while retries remain and recorded as the trial's status on the last try.
+
+A DAG run may cover several suites (the mxnet DAG runs mxnet-bert and mxnet-resnet50);
+each suite gets its own run id and run directory ``<work_dir>/<run_id>/`` holding
+``plan.json``, ``env.json``, ``logs/...``, ``trials/<key>.json``, ``result.json``,
+``report.md`` and ``plots/``, which publish copies to the store.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import secrets
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from dlperf_tasks.airflow.settings import DlperfSettings
+
+
+class NonRetriable(Exception):
+    """A failure that retrying cannot fix (the operators raise AirflowFailException)."""
+
+
+class Retriable(Exception):
+    """A failure worth another try (node unreachable, launch failure, timeout, hang)."""
+
+
+# --------------------------------------------------------------------------- helpers
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id(suite: str, dag_run_id: str | None) -> str:
+    """``<suite>-<UTC yyyymmddThhmmss>-<6 hex>``: path safe, sortable, unique per DAG run."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    salt = hashlib.sha1(f"{dag_run_id}/{suite}/{secrets.token_hex(4)}".encode()).hexdigest()[:6]
+    return f"{suite}-{stamp}-{salt}"
+
+
+def result_to_dict(r) -> dict[str, Any]:
+    """TrialResult -> JSON-safe dict (XCom); :func:`result_from_dict` is the inverse."""
+    m = r.metric
+    return {
+        "trial": r.trial.to_dict(), "status": r.status.value, "reason": r.reason,
+        "metric": None if m is None else {"value": m.value, "kind": m.kind.value, "memory_mib": m.memory_mib,
+                                          "throughput": m.throughput},
+        "samples": [[s.iteration, s.value, s.unit, s.rank, s.timestamp, s.memory_mib] for s in r.samples],
+        "log_paths": list(r.log_paths), "nodes": list(r.nodes), "exit_codes": dict(r.exit_codes),
+        "started_at": r.started_at, "finished_at": r.finished_at,
+    }
+
+
+def result_from_dict(d: Mapping[str, Any]):
+    from dlperf_tasks.model import MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
+
+    m = d.get("metric")
+    return TrialResult(
+        trial=Trial.from_dict(d["trial"]), status=TrialStatus(d["status"]), reason=d.get("reason", ""),
+        metric=None if m is None else TrialMetric(value=m["value"], kind=MetricKind(m["kind"]),
+                                                  memory_mib=m.get("memory_mib"), throughput=m.get("throughput")),
+        samples=[Sample(iteration=s[0], value=s[1], unit=s[2], rank=s[3], timestamp=s[4], memory_mib=s[5])
+                 for s in d.get("samples", [])],
+        log_paths=list(d.get("log_paths", [])), nodes=list(d.get("nodes", [])),
+        exit_codes=dict(d.get("exit_codes", {})), started_at=d.get("started_at"), finished_at=d.get("finished_at"),
+    )
+
+
+def _write_json(path: Path, data: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _cluster(settings: DlperfSettings):
+    """The inventory of the configured cluster (None for ``local``)."""
+    if settings.is_local:
+        return None
+    from dlperf_tasks.remote import inventory
+
+    for name in ("load_cluster", "load"):
+        fn = getattr(inventory, name, None)
+        if fn is not None:
+            return fn(settings.cluster)
+    return inventory.Cluster.from_file(settings.cluster)  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- plan
+def plan_run(dag_name: str, suite_ids: list[str], conf: Mapping[str, Any] | None, settings: DlperfSettings,
+             dag_run_id: str | None = None) -> dict[str, Any]:
+    """Validate the params, plan every selected suite, create the run directories.
+
+    Returns ``{"runs": [...], "trials": [item, ...], "dry_run": bool, "policy": str}`` where each
+    trial item is what one mapped trial task needs.
+    """
+    from dlperf_tasks.airflow.params import ParamsError, validate_conf
+    from dlperf_tasks.errors import DlperfError
+
+    try:
+        params = validate_conf(conf, suite_ids, settings.policy)
+    except ParamsError as exc:
+        raise NonRetriable(f"invalid run parameter {exc}") from None
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.plan import Overrides, plan
+
+    overrides = {k: params[k] for k in ("batch_sizes", "precisions", "topologies", "trials", "warmup_iters",
+                                        "measure_iters", "image_tag", "xla") if k in params}
+    runs, items = [], []
+    for suite_id in params["suites"] or sorted(suite_ids):
+        try:
+            suite = load_suite(suite_id)
+            p = plan(suite, Overrides.from_dict(overrides))
+        except DlperfError as exc:
+            raise NonRetriable(f"suite {suite_id}: {exc}") from None
+        run_id = new_run_id(suite_id, dag_run_id)
+        run_dir = Path(settings.work_dir) / run_id
+        plan_doc = p.to_dict()
+        _write_json(run_dir / "plan.json", {**plan_doc, "params": params, "dag": dag_name, "dag_run_id": dag_run_id})
+        runs.append({"run_id": run_id, "run_dir": str(run_dir), "suite": suite_id, "framework": p.framework,
+                     "image": p.image, "upstream_commit": p.upstream_commit, "started_at": _now_iso(),
+                     "window": plan_doc["window"], "n_trials": len(p.trials), "summary": p.summary()})
+        for t in p.trials:
+            items.append({"run_id": run_id, "run_dir": str(run_dir), "suite": suite_id,
+                          "trial": t.trial.to_dict(), "trial_id": t.id, "key": t.trial.key,
+                          "dry_run": params["dry_run"], "policy": params["policy"],
+                          "timeout_s": p.timeout_s, "hang_timeout_s": p.hang_timeout_s, "image": p.image})
+    return {"runs": runs, "trials": items, "dry_run": params["dry_run"], "policy": params["policy"],
+            "cluster": "local" if settings.is_local else Path(settings.cluster).name, "params": params}
+
+
+# --------------------------------------------------------------------------- prepare
+def local_env() -> dict[str, Any]:
+    """Environment capture of this machine (no IPs, no user names)."""
+    env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(terse=True),
+                           "cpu_count": os.cpu_count(), "runtime": "host"}
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["cuda_available"] = bool(torch.cuda.is_available())
+        if env["cuda_available"]:
+            env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        env["torch"] = None
+    return env
+
+
+def prepare(plan_out: Mapping[str, Any], settings: DlperfSettings) -> dict[str, Any]:
+    """Log in, pull images and capture the environment of the nodes (local: this machine)."""
+    if plan_out["dry_run"]:
+        return {"env": {}, "nodes": [], "skipped": "dry run"}
+    if settings.is_local:
+        env = local_env()
+        nodes = [{"name": "local0", "gpus": os.cpu_count() or 1}]
+    else:
+        from dlperf_tasks.remote import prepare as remote_prepare  # type: ignore[attr-defined]
+
+        cluster = _cluster(settings)
+        images = sorted({r["image"] for r in plan_out["runs"] if r.get("image")})
+        try:
+            got = remote_prepare.prepare_nodes(cluster, images)
+        except Exception as exc:
+            raise Retriable(f"prepare failed: {exc}") from exc
+        env, nodes = got.get("env", {}), got.get("nodes", [])
+    for run in plan_out["runs"]:
+        _write_json(Path(run["run_dir"]) / "env.json", {"env": env, "nodes": nodes})
+    return {"env": env, "nodes": nodes}
+
+
+# --------------------------------------------------------------------------- trials
+def dry_run_commands(item: Mapping[str, Any]) -> list[str]:
+    """The shell-quoted commands a trial would run on each node (shown by dry runs)."""
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.frameworks import get
+    from dlperf_tasks.model import Trial
+    from dlperf_tasks.smoke.local_runner import local_nodes
+
+    trial = Trial.from_dict(item["trial"])
+    fw = get(trial.cell.framework)
+    settings = load_suite(item["suite"]).launcher
+    nodes = local_nodes(trial.cell.topology.nodes, trial.cell.topology.gpus_per_node)
+    ranks = range(1) if fw.launch_mode == "mpi" else range(trial.cell.topology.nodes)
+    return [fw.launch(trial, r, nodes, settings).shell() for r in ranks]
+
+
+def run_trial(item: Mapping[str, Any], settings: DlperfSettings, *, try_number: int = 1,
+              max_tries: int = 1) -> dict[str, Any]:
+    """Run one trial; returns its result dict (status OK or the reason it is invalid)."""
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.frameworks import get
+    from dlperf_tasks.model import Trial, TrialResult, TrialStatus
+
+    trial = Trial.from_dict(item["trial"])
+    if item.get("dry_run"):
+        res = TrialResult(trial=trial, status=TrialStatus.NOT_RUN, reason="dry run")
+        return {**result_to_dict(res), "commands": dry_run_commands(item)}
+    suite = load_suite(item["suite"])
+    fw = get(suite.framework)
+    run_dir = Path(item["run_dir"])
+    if settings.is_local:
+        from dlperf_tasks.smoke import local_runner
+
+        res = local_runner.run_trial(trial, fw, suite.launcher, run_dir, timeout_s=suite.timeout_s,
+                                     hang_timeout_s=suite.hang_timeout_s)
+    else:
+        res = _remote_run_trial(trial, suite, fw, run_dir, settings)
+    out = result_to_dict(res)
+    _write_json(run_dir / "trials" / f"{trial.key}.json", out)
+    if res.status.retriable and try_number < max_tries:
+        raise Retriable(f"trial {trial.id}: {res.status.value}: {res.reason} (try {try_number} of {max_tries})")
+    if res.status != TrialStatus.OK and item.get("policy") == "fail_fast":
+        raise NonRetriable(f"trial {trial.id}: {res.status.value}: {res.reason} (policy fail_fast)")
+    return out
+
+
+def _remote_run_trial(trial, suite, fw, run_dir: Path, settings: DlperfSettings):
+    """Adapter to the remote layer's trial runner (SSH + container runtime, leases, watchdog)."""
+    try:
+        from dlperf_tasks.remote.trial import run_trial as remote_run  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise NonRetriable(f"cluster {settings.cluster}: the remote trial runner is not available ({exc})") from None
+    return remote_run(trial, suite, _cluster(settings), run_dir)
+
+
+def stop_trial(item: Mapping[str, Any], settings: DlperfSettings) -> None:
+    """Stop a running trial (task killed / run cancelled): kill its process groups or remote jobs."""
+    from dlperf_tasks.model import Trial
+
+    trial = Trial.from_dict(item["trial"])
+    if settings.is_local:
+        from dlperf_tasks.smoke import local_runner
+
+        local_runner.stop(trial.key)
+        return
+    try:
+        from dlperf_tasks.remote.trial import stop_trial as remote_stop  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    remote_stop(trial, _cluster(settings))
+
+
+# --------------------------------------------------------------------------- collect .. publish
+def collect(plan_out: Mapping[str, Any], results: list[Mapping[str, Any]], settings: DlperfSettings) -> dict:
+    """Group trial results by run; make sure every log is in the run's log tree."""
+    by_run: dict[str, list] = {r["run_id"]: [] for r in plan_out["runs"]}
+    for res in results:
+        if res is None:
+            continue
+        suite_id = res["trial"]["cell"]["suite"]
+        run = next(r for r in plan_out["runs"] if r["suite"] == suite_id)
+        by_run[run["run_id"]].append(res)
+    missing = {}
+    for run in plan_out["runs"]:
+        run_dir = Path(run["run_dir"])
+        lacking = [p for res in by_run[run["run_id"]] for p in res.get("log_paths", [])
+                   if not (run_dir / p).exists()]
+        if lacking and not settings.is_local:
+            try:
+                from dlperf_tasks.remote.trial import fetch_logs  # type: ignore[import-not-found]
+
+                fetch_logs(_cluster(settings), run_dir, lacking)
+                lacking = [p for p in lacking if not (run_dir / p).exists()]
+            except ImportError:
+                pass
+        missing[run["run_id"]] = lacking
+    return {"results": by_run, "missing_logs": missing}
+
+
+def aggregate(plan_out: Mapping[str, Any], collected: Mapping[str, Any], prepared: Mapping[str, Any] | None,
+              dag_run_id: str | None = None) -> list[dict[str, Any]]:
+    """Statistics per cell, written as ``result.json`` per run; returns one summary per run."""
+    from dlperf_tasks.extract import dlperf_model_key
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.report.result_json import build_result, write_result
+    from dlperf_tasks.stats import aggregate as cell_stats
+
+    summaries = []
+    for run in plan_out["runs"]:
+        results = [result_from_dict(d) for d in collected["results"][run["run_id"]]]
+        if not results:
+            summaries.append({"run_id": run["run_id"], "suite": run["suite"], "result": None, "cells": []})
+            continue
+        cells = cell_stats(results)
+        prepared = prepared or {}
+        meta = {"run_id": run["run_id"], "suite": run["suite"], "framework": run["framework"],
+                "dag_run_id": dag_run_id, "started_at": run["started_at"], "finished_at": _now_iso(),
+                "image": run.get("image"), "upstream_commit": run.get("upstream_commit") or None,
+                "cluster": {"name": plan_out.get("cluster"), "nodes": prepared.get("nodes", [])},
+                "env": prepared.get("env", {}), "window": run["window"], "source": "airflow",
+                "params": plan_out.get("params", {})}
+        result = build_result(cells, run=meta, dlperf_model=dlperf_model_key(load_suite(run["suite"])))
+        path = write_result(result, Path(run["run_dir"]) / "result.json")
+        summaries.append({"run_id": run["run_id"], "suite": run["suite"], "result": str(path),
+                          "cells": [{"cell_id": c["cell_id"], "median_speed": c["median_speed"],
+                                     "average_speed": c["average_speed"], "speedup": c["speedup"],
+                                     "n_valid": c["n_valid"], "n_invalid": c["n_invalid"], "unit": c.get("unit")}
+                                    for c in result["cells"]]})
+    return summaries
+
+
+def report(plan_out: Mapping[str, Any], summaries: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``report.md`` (and plots, when the plotting module is there) per run."""
+    from dlperf_tasks.report.markdown import render_markdown
+    from dlperf_tasks.report.result_json import load_result
+
+    out = []
+    for s in summaries:
+        if not s.get("result"):
+            continue
+        run_dir = Path(s["result"]).parent
+        result = load_result(s["result"])
+        (run_dir / "report.md").write_text(render_markdown(result))
+        plots: list[str] = []
+        try:
+            from dlperf_tasks.report import plots as plotmod  # matplotlib: imported only here
+        except ImportError:
+            plotmod = None
+        if plotmod is not None:
+            for name in ("write_plots", "plot_result", "render_plots"):
+                fn = getattr(plotmod, name, None)
+                if fn is not None:
+                    got = fn(result, run_dir / "plots")
+                    plots = [str(p) for p in (got or [])]
+                    break
+        out.append({"run_id": s["run_id"], "suite": s["suite"], "run_dir": str(run_dir),
+                    "report": str(run_dir / "report.md"), "plots": plots})
+    return out
+
+
+def publish(reports: list[Mapping[str, Any]], settings: DlperfSettings) -> list[dict[str, Any]]:
+    """Copy each run directory to the store (manifest last); returns where each went."""
+    published = []
+    for r in reports:
+        where = _store_publish(Path(r["run_dir"]), settings)
+        published.append({"run_id": r["run_id"], "suite": r["suite"], "location": where})
+    return published
+
+
+def _store_publish(run_dir: Path, settings: DlperfSettings) -> str:
+    try:
+        from dlperf_tasks.store import Store  # type: ignore[attr-defined]
+    except ImportError:
+        Store = None
+    if Store is not None:
+        store = Store.from_settings(settings.store_url, redaction=settings.redaction)
+        got = store.publish(run_dir)
+        return str(getattr(got, "url", None) or getattr(got, "path", None) or got)
+    return _file_publish(run_dir, settings.store_url)
+
+
+def _file_publish(run_dir: Path, store_url: str) -> str:
+    """Minimal file:// publisher used until dlperf_tasks.store lands (same layout, manifest last)."""
+    import shutil
+
+    if not store_url.startswith("file://"):
+        raise NonRetriable(f"store {store_url}: only file:// is supported without dlperf_tasks.store")
+    result = json.loads((run_dir / "result.json").read_text())
+    run = result["run"]
+    date = (run.get("started_at") or _now_iso())[:10]
+    dest = Path(store_url[len("file://"):]) / "runs" / run["suite"] / date / run["run_id"]
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(run_dir, dest, ignore=shutil.ignore_patterns("*.tmp"))
+    entries = []
+    for p in sorted(dest.rglob("*")):
+        if p.is_file():
+            entries.append({"path": str(p.relative_to(dest)), "size": p.stat().st_size,
+                            "sha256": hashlib.sha256(p.read_bytes()).hexdigest()})
+    _write_json(dest / "manifest.json", {"run_id": run["run_id"], "suite": run["suite"], "objects": entries})
+    return f"file://{dest}"
+
+
+# --------------------------------------------------------------------------- cleanup
+def cleanup(plan_out: Mapping[str, Any] | None, settings: DlperfSettings) -> dict[str, Any]:
+    """Teardown: stop whatever is still running, clean the nodes, release leases.
+
+    Does nothing when planning failed (no node was touched then)."""
+    if not plan_out:
+        return {"cleaned": [], "note": "nothing planned, nothing touched"}
+    if plan_out.get("dry_run"):
+        return {"cleaned": [], "note": "dry run"}
+    if settings.is_local:
+        from dlperf_tasks.smoke import local_runner
+
+        stopped = sum(local_runner.stop(item["key"]) for item in plan_out["trials"])
+        return {"cleaned": ["local0"], "stopped_process_groups": stopped}
+    try:
+        from dlperf_tasks.remote import cleanup as remote_cleanup  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise NonRetriable(f"cleanup: the remote cleanup module is not available ({exc})") from None
+    cluster = _cluster(settings)
+    done = remote_cleanup.cleanup_nodes(cluster, run_ids=[r["run_id"] for r in plan_out["runs"]])
+    return {"cleaned": list(done) if done else []}
+
+
+def result_table(summaries: list[Mapping[str, Any]]) -> str:
+    """A plain-text table of the cells (what ``make run`` prints)."""
+    rows = [["cell", "median", "average", "speedup", "valid/invalid"]]
+    for s in summaries:
+        for c in s.get("cells", []):
+            fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+            rows.append([c["cell_id"], fmt(c["median_speed"]), fmt(c["average_speed"]), fmt(c["speedup"]),
+                         f"{c['n_valid']}/{c['n_invalid']}"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def elapsed_since(t0: float) -> float:
+    return round(time.time() - t0, 1)

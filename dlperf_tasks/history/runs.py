@@ -1,0 +1,161 @@
+"""Normalised, read-only views of archived runs.
+
+History code works on :class:`RunView` whether the run came from a full result JSON
+(``RunView.from_result``) or from a store index entry (``RunView.from_summary``: the
+``index/<suite>.json`` row with ``cells: {cell_id: {median_speed, speedup, n_valid,
+trial_values, metric_kind}}`` and ``env``), so "the last N runs of a cell" needs one read.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from dlperf_tasks.history.cellspec import CellKey, CellSpecError, parse_cell_id
+
+# Run statuses that never count as history (a run without manifest, a crashed sweep...).
+BAD_STATUSES = frozenset({"failed", "incomplete", "error", "aborted", "broken"})
+# Keys of run metadata that take part in the environment diff besides ``run.env``.
+RUN_ENV_KEYS = ("image", "image_digest", "upstream_commit")
+
+
+def _floats(values: Iterable[Any]) -> list[float]:
+    out = []
+    for v in values or []:
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            continue
+        if f == f and f not in (float("inf"), float("-inf")):
+            out.append(f)
+    return out
+
+
+@dataclass(frozen=True)
+class CellView:
+    cell_id: str
+    values: tuple[float, ...]  # valid trial speeds
+    median: float | None
+    speedup: float | None = None
+    metric_kind: str = "throughput"
+    unit: str = "samples/s"
+    model: str | None = None
+    n_valid: int = 0
+    n_invalid: int = 0
+
+    @property
+    def key(self) -> CellKey:
+        return parse_cell_id(self.cell_id)
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric_kind != "latency"
+
+    @classmethod
+    def from_result_cell(cls, c: Mapping[str, Any]) -> "CellView":
+        values = c.get("values")
+        if values is None:
+            values = [t.get("value") for t in c.get("trials", []) if t.get("status") == "OK"]
+        vals = _floats(values)
+        med = c.get("median_speed")
+        return cls(
+            cell_id=c["cell_id"], values=tuple(vals),
+            median=float(med) if med is not None else (statistics.median(vals) if vals else None),
+            speedup=c.get("speedup"), metric_kind=c.get("metric_kind") or "throughput",
+            unit=c.get("unit") or ("ms/iter" if c.get("metric_kind") == "latency" else "samples/s"),
+            model=c.get("model"), n_valid=int(c.get("n_valid", len(vals))), n_invalid=int(c.get("n_invalid") or 0),
+        )
+
+    @classmethod
+    def from_summary_cell(cls, cell_id: str, c: Mapping[str, Any]) -> "CellView":
+        vals = _floats(c.get("trial_values") or c.get("values") or [])
+        med = c.get("median_speed")
+        kind = c.get("metric_kind") or "throughput"
+        return cls(
+            cell_id=cell_id, values=tuple(vals),
+            median=float(med) if med is not None else (statistics.median(vals) if vals else None),
+            speedup=c.get("speedup"), metric_kind=kind,
+            unit=c.get("unit") or ("ms/iter" if kind == "latency" else "samples/s"),
+            model=c.get("model"), n_valid=int(c.get("n_valid", len(vals)) or 0),
+            n_invalid=int(c.get("n_invalid") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class RunView:
+    run_id: str
+    suite: str
+    date: str  # YYYY-MM-DD
+    started_at: str | None
+    status: str
+    env: dict[str, Any]
+    cells: dict[str, CellView] = field(default_factory=dict)
+    framework: str | None = None
+    path: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return (self.status or "").lower() not in BAD_STATUSES
+
+    @property
+    def sort_key(self) -> tuple:
+        return (self.started_at or self.date or "", self.run_id)
+
+    @classmethod
+    def from_result(cls, result: Mapping[str, Any], status: str = "ok") -> "RunView":
+        run = result.get("run") or {}
+        env = flat_env(run)
+        cells = {}
+        for c in result.get("cells", []):
+            try:
+                cells[c["cell_id"]] = CellView.from_result_cell(c)
+            except (KeyError, CellSpecError):
+                continue
+        started = run.get("started_at")
+        return cls(run_id=str(run.get("run_id")), suite=str(run.get("suite")), date=(started or "")[:10],
+                   started_at=started, status=status, env=env, cells=cells, framework=run.get("framework"))
+
+    @classmethod
+    def from_summary(cls, s: Mapping[str, Any]) -> "RunView":
+        cells = {cid: CellView.from_summary_cell(cid, c) for cid, c in (s.get("cells") or {}).items()}
+        env = flat_env({k: s.get(k) for k in RUN_ENV_KEYS} | {"env": s.get("env") or {}})
+        started = s.get("started_at")
+        return cls(run_id=str(s.get("run_id")), suite=str(s.get("suite")),
+                   date=str(s.get("date") or (started or "")[:10]), started_at=started,
+                   status=str(s.get("status") or "ok"), env=env, cells=cells,
+                   framework=s.get("framework"), path=s.get("path"))
+
+
+def flat_env(run: Mapping[str, Any]) -> dict[str, Any]:
+    """``run.env`` flattened to dotted keys plus image/image_digest/upstream_commit."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, obj: Any) -> None:
+        if isinstance(obj, Mapping):
+            for k, v in obj.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(obj, (list, tuple)):
+            out[prefix] = ", ".join(str(x) for x in obj)
+        else:
+            out[prefix] = obj
+
+    walk("", run.get("env") or {})
+    for k in RUN_ENV_KEYS:
+        if run.get(k) is not None:
+            out[k] = run.get(k)
+    return out
+
+
+def env_diff(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{key: {"baseline": old, "current": new}}`` for every key whose value differs."""
+    out = {}
+    for k in sorted(set(baseline) | set(current)):
+        a, b = baseline.get(k), current.get(k)
+        if a != b:
+            out[k] = {"baseline": a, "current": b}
+    return out
+
+
+def sort_runs(runs: Iterable[RunView]) -> list[RunView]:
+    return sorted(runs, key=lambda r: r.sort_key)
