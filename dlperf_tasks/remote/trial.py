@@ -1,0 +1,384 @@
+"""Run one trial on N nodes: start, stream logs, watchdogs, kill, cleanup, collect, gate.
+
+:func:`run_trial` starts the trial's part on every node at once as a detached job
+(:mod:`dlperf_tasks.remote.jobs`), reads every node's log by offset while it runs and
+stops it on
+
+* wall-clock timeout (``suite.timeout_s``)                  -> ``TIMEOUT``
+* no new iteration line for ``suite.hang_timeout_s``         -> ``HANG``
+  (an iteration line = what the framework's parser counts in ``facts.iterations_seen``)
+* a node that stays unreachable for ``unreachable_grace_s`` -> ``NODE_UNREACHABLE`` (names it)
+* a node exiting non-zero while others still run           -> ``NONZERO_EXIT``
+
+Whatever happens (also KeyboardInterrupt / SIGTERM turned into an exception by the
+caller) the ``finally`` block kills every job's process group, removes the trial's
+containers on EVERY node, copies the logs into ``out_dir`` at
+``Framework.log_relpath(trial, node_rank)`` (the seeds' layout), and checks that the nodes
+are idle again (no labelled container, no process carrying the trial's ``DLPERF_TRIAL``).
+The logs are then parsed and gated by :func:`dlperf_tasks.extract.gate_run_logs`
+(``OK`` or ``INVALID_LOG``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from dlperf_tasks import frameworks
+from dlperf_tasks.errors import DlperfError, RemoteError
+from dlperf_tasks.model import Trial, TrialResult, TrialStatus
+from dlperf_tasks.remote import jobs
+from dlperf_tasks.remote.inventory import Cluster
+from dlperf_tasks.remote.runtime import DockerRuntime, HostRuntime, NodeFacts, make_runtime, safe_name
+from dlperf_tasks.remote.ssh import SSHPool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Progress:
+    """What the live display shows for a running trial."""
+
+    trial: Trial
+    nodes: list[str]
+    iteration: int = 0
+    total: int = 0
+    state: str = "starting"
+
+
+@dataclass
+class _NodeRun:
+    rank: int
+    name: str
+    job: jobs.RemoteJob | None = None
+    offset: int = 0
+    data: bytearray = field(default_factory=bytearray)
+    exit_code: int | None = None
+    first_error_at: float | None = None
+    last_error: str = ""
+    unreachable: bool = False
+
+
+def trial_settings(suite, framework, runtime: HostRuntime) -> dict[str, Any]:
+    """The framework's launcher settings for a suite: ``launcher`` + the suite env (+ MPI sshd port)."""
+    settings = dict(suite.launcher or {})
+    return settings
+
+
+def _env_for(suite, trial: Trial) -> dict[str, str]:
+    fn = getattr(suite, "env_for", None)
+    return dict(fn(trial.cell.topology)) if fn else dict(suite.env or {})
+
+
+class _Stopped(Exception):
+    pass
+
+
+def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_id: str, out_dir: str | os.PathLike,
+              *, pool: SSHPool | None = None, runtime: HostRuntime | None = None,
+              facts: Mapping[str, NodeFacts] | None = None, attempt: int = 1, poll_s: float = 0.5,
+              timeout_s: float | None = None, hang_timeout_s: float | None = None,
+              unreachable_grace_s: float = 8.0, kill_grace_s: float = 5.0,
+              progress: Callable[[Progress], None] | None = None,
+              stop_event: threading.Event | None = None) -> TrialResult:
+    """Run ``trial`` on ``node_names`` (node rank order) and return its gated result.
+
+    ``out_dir`` receives the logs. ``pool``/``runtime``/``facts`` come from the sweep's
+    preparation; when omitted they are created here (host runtime facts probed).
+    ``stop_event`` set from outside (SIGTERM handler) stops the trial like a kill.
+    """
+    fw = frameworks.get(trial.cell.framework)
+    own_pool = pool is None
+    pool = pool or SSHPool(cluster)
+    runtime = runtime or make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher)
+    topo = trial.cell.topology
+    if len(node_names) != topo.nodes:
+        raise DlperfError(f"trial {trial.id} needs {topo.nodes} node(s), got {len(node_names)}: {node_names}")
+    nodes = [cluster.node(n) for n in node_names]
+    for n in nodes:
+        if n.gpus < topo.gpus_per_node:
+            raise DlperfError(f"trial {trial.id} needs {topo.gpus_per_node} GPUs per node; node {n.name} has {n.gpus}")
+    timeout_s = float(timeout_s if timeout_s is not None else suite.timeout_s)
+    hang_timeout_s = float(hang_timeout_s if hang_timeout_s is not None else suite.hang_timeout_s)
+    out = Path(out_dir)
+    specs = [n.node_spec() for n in nodes]
+    runs = [_NodeRun(i, n.name) for i, n in enumerate(nodes)]
+    prog = Progress(trial, list(node_names), total=trial.cell.window.total)
+    tag = safe_name(f"{run_id}_{trial.key}_a{attempt}", 100)
+    status: TrialStatus | None = None
+    reason = ""
+    started = time.time()
+    metric_ranks = [r for r in fw.metrics_nodes(trial.cell) if r < len(runs)] or [0]
+    notes: list[str] = []
+
+    def report(state: str) -> None:
+        prog.state = state
+        if progress:
+            try:
+                progress(prog)
+            except Exception:  # noqa: BLE001 - a display must never break a trial
+                pass
+
+    # ---- build every node's command first (bad settings = LAUNCH_FAILED, nothing started) ---
+    settings = dict(suite.launcher or {})
+    env = _env_for(suite, trial)
+    if env:
+        settings["env"] = {**env, **(settings.get("env") or {})}
+    mpi = fw.launch_mode == "mpi"
+    if mpi and isinstance(runtime, DockerRuntime):
+        settings.setdefault("ssh_port", runtime.spec.sshd_port or 22)
+    commands: dict[int, str] = {}
+    try:
+        if facts is None:
+            facts = HostRuntime.prepare(runtime, pool, list(node_names))
+        launch_ranks = [0] if mpi else list(range(len(nodes)))
+        for r in launch_ranks:
+            spec = fw.launch(trial, r, specs, settings)
+            node = nodes[r]
+            log_dir = f"{node.workdir.rstrip('/')}/runs/{safe_name(run_id)}/{tag}"
+            kw = {}
+            if mpi and isinstance(runtime, DockerRuntime) and len(nodes) > 1:
+                kw["mpi_key_dir"] = f"{node.workdir.rstrip('/')}/runs/{safe_name(run_id)}/mpi_ssh"
+            commands[r] = runtime.node_command(spec, trial=trial, run_id=run_id, node=node, node_rank=r,
+                                               facts=facts[node.name], log_dir=log_dir, attempt=attempt, **kw)
+    except RemoteError as exc:
+        status, reason = TrialStatus.NODE_UNREACHABLE, str(exc)
+    except Exception as exc:  # noqa: BLE001 - a framework's launch() rejecting the settings
+        status, reason = TrialStatus.LAUNCH_FAILED, f"building the launch command failed: {type(exc).__name__}: {exc}"
+    if status is not None:
+        return _finish_without_run(trial, status, reason, node_names, started, pool if own_pool else None)
+
+    def node_error(nr: _NodeRun, exc: Exception, now: float) -> None:
+        if nr.first_error_at is None:
+            nr.first_error_at = now
+        nr.last_error = str(exc)
+        if now - nr.first_error_at >= unreachable_grace_s:
+            nr.unreachable = True
+
+    try:
+        report("starting")
+        # ---- MPI helpers: sshd containers on nodes 1..N-1 ----------------------------------
+        if mpi and isinstance(runtime, DockerRuntime) and len(nodes) > 1:
+            def helper(i: int) -> None:
+                node = nodes[i]
+                key_dir = f"{node.workdir.rstrip('/')}/runs/{safe_name(run_id)}/mpi_ssh"
+                runtime.install_mpi_keys(pool, node.name, key_dir)
+                if i == 0:
+                    return
+                log_dir = f"{node.workdir.rstrip('/')}/runs/{safe_name(run_id)}/{tag}"
+                cmd = runtime.mpi_helper_command(trial=trial, run_id=run_id, node=node, facts=facts[node.name],
+                                                 log_dir=log_dir, key_dir=key_dir, attempt=attempt)
+                res = pool.run(node.name, cmd, timeout=120)
+                if res.rc != 0:
+                    raise _LaunchError(f"node {node.name}: starting the MPI sshd container failed: "
+                                       f"{res.stderr.strip()[-300:]}")
+                port = runtime.spec.sshd_port or 22
+                wait = (f"for i in $(seq 100); do (exec 3<>/dev/tcp/{node.peer_address}/{port}) 2>/dev/null "
+                        f"&& exit 0; sleep 0.1; done; exit 1")
+                if pool.run(node.name, "bash -c " + _q(wait), timeout=30).rc != 0:
+                    raise _LaunchError(f"node {node.name}: the MPI container's sshd did not open port {port}")
+
+            _parallel([lambda i=i: helper(i) for i in range(len(nodes))])
+
+        # ---- start every node's job at once ------------------------------------------------
+        def start(r: int) -> None:
+            nr = runs[r]
+            nr.job = jobs.start_job(pool, nr.name, commands[r], jobs.generate_job_id(f"{tag}_{nr.name}"),
+                                    environment={"DLPERF_TRIAL": trial.key})
+
+        _parallel([lambda r=r: start(r) for r in commands])
+        t0 = time.monotonic()
+        last_progress = t0
+        best_iter = 0
+        report("running")
+        # ---- watch ---------------------------------------------------------------------
+        while status is None:
+            if stop_event is not None and stop_event.is_set():
+                raise _Stopped("stopped by request (SIGTERM/interrupt)")
+            now = time.monotonic()
+            new_metric_data = False
+            for nr in runs:
+                if nr.job is None or nr.exit_code is not None:
+                    continue
+                try:
+                    chunk = jobs.read_log(pool, nr.job, nr.offset)
+                    if chunk:
+                        nr.data += chunk
+                        nr.offset += len(chunk)
+                        new_metric_data |= nr.rank in metric_ranks
+                    nr.exit_code = jobs.exit_code(pool, nr.job)
+                    if nr.exit_code is not None:  # read what was written before the exit code
+                        rest = jobs.read_log(pool, nr.job, nr.offset)
+                        nr.data += rest
+                        nr.offset += len(rest)
+                        new_metric_data |= bool(rest) and nr.rank in metric_ranks
+                    nr.first_error_at = None
+                except RemoteError as exc:
+                    node_error(nr, exc, now)
+            if new_metric_data:
+                it = _max_iteration(fw, [runs[r].data for r in metric_ranks])
+                if it > best_iter:
+                    best_iter, last_progress = it, now
+                    prog.iteration = it
+                    report("running")
+            lost = [nr for nr in runs if nr.unreachable]
+            failed = [nr for nr in runs if nr.exit_code not in (None, 0)]
+            active = [nr for nr in runs if nr.job is not None]
+            if lost:
+                status = TrialStatus.NODE_UNREACHABLE
+                reason = "; ".join(f"node {nr.name} unreachable: {nr.last_error}" for nr in lost)
+            elif active and all(nr.exit_code is not None for nr in active):
+                break  # finished (exit codes judged by the gate)
+            elif failed:
+                status = TrialStatus.NONZERO_EXIT
+                reason = "; ".join(f"node {nr.name} exited with code {nr.exit_code}" for nr in failed)
+            elif now - t0 > timeout_s:
+                status = TrialStatus.TIMEOUT
+                reason = f"trial ran longer than {timeout_s:.0f} s (wall clock); killed"
+            elif now - last_progress > hang_timeout_s:
+                status = TrialStatus.HANG
+                where = f"after iteration {best_iter}" if best_iter else "before the first iteration"
+                reason = f"no new iteration line for {hang_timeout_s:.0f} s ({where}); killed"
+            else:
+                time.sleep(poll_s)
+    except _LaunchError as exc:
+        status, reason = TrialStatus.LAUNCH_FAILED, str(exc)
+    except RemoteError as exc:
+        status = TrialStatus.NODE_UNREACHABLE
+        reason = str(exc) if exc.node else f"SSH failure: {exc}"
+        for nr in runs:
+            if nr.name == exc.node:
+                nr.unreachable = True
+    except (_Stopped, KeyboardInterrupt) as exc:
+        status, reason = TrialStatus.NOT_RUN, f"interrupted: {exc}" if str(exc) else "interrupted"
+        _cleanup(pool, runtime, runs, run_id, trial, kill_grace_s, notes)
+        _collect(pool, fw, trial, runs, out, notes)
+        raise
+    finally:
+        if status is not TrialStatus.NOT_RUN:
+            report("cleanup")
+            _cleanup(pool, runtime, runs, run_id, trial, kill_grace_s, notes)
+            _collect(pool, fw, trial, runs, out, notes)
+    finished = time.time()
+    exit_codes = {nr.name: nr.exit_code for nr in runs if nr.job is not None or nr.rank in commands}
+    from dlperf_tasks.extract import gate_run_logs
+
+    if status == TrialStatus.NONZERO_EXIT:
+        runtime_status, runtime_reason = None, ""  # the gate names the non-zero exit codes itself
+    else:
+        runtime_status, runtime_reason = status, reason
+    result = gate_run_logs(trial, out, exit_codes=exit_codes, runtime_status=runtime_status,
+                           runtime_reason=runtime_reason, nodes=list(node_names), started_at=started,
+                           finished_at=finished)
+    if status == TrialStatus.NONZERO_EXIT and result.status == TrialStatus.OK:  # pragma: no cover - defensive
+        result.status, result.reason = status, reason
+    if notes:
+        result.reason = "; ".join([result.reason] + notes) if result.reason else "; ".join(notes)
+    report(result.status.value)
+    if own_pool:
+        pool.close()
+    return result
+
+
+class _LaunchError(DlperfError):
+    pass
+
+
+def _q(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
+
+
+def _parallel(fns: list[Callable[[], None]]) -> None:
+    """Run ``fns`` concurrently; re-raise the first error (a RemoteError keeps its node)."""
+    if len(fns) == 1:
+        fns[0]()
+        return
+    with ThreadPoolExecutor(max_workers=len(fns)) as ex:
+        futs = [ex.submit(f) for f in fns]
+        errors = []
+        for f in futs:
+            try:
+                f.result()
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+def _max_iteration(fw, blobs: list[bytearray]) -> int:
+    best = 0
+    for b in blobs:
+        if not b:
+            continue
+        try:
+            parsed = fw.parse(bytes(b).decode(errors="replace").splitlines(keepends=True))
+        except Exception:  # noqa: BLE001 - parsers must not raise; a progress check never fails a trial
+            continue
+        if parsed.facts.iterations_seen:
+            best = max(best, max(parsed.facts.iterations_seen))
+    return best
+
+
+def _cleanup(pool: SSHPool, runtime: HostRuntime, runs: list[_NodeRun], run_id: str, trial: Trial,
+             grace: float, notes: list[str]) -> None:
+    """Kill every job's process group and remove the trial's containers on every node (in parallel).
+    Errors on unreachable nodes are noted, never raised."""
+
+    def one(nr: _NodeRun) -> None:
+        if nr.unreachable:
+            # one quick try: the node may be back; otherwise the leftovers stay noted
+            try:
+                pool.run(nr.name, "true", timeout=3, retries=0)
+            except RemoteError:
+                notes.append(f"cleanup skipped on unreachable node {nr.name}")
+                return
+        try:
+            if nr.job is not None and nr.exit_code is None:
+                jobs.kill_job(pool, nr.job, grace_s=grace)
+            runtime.cleanup(pool, nr.name, run_id, trial.key)
+            left = runtime.leftovers(pool, nr.name, run_id, trial.key)
+            if left:
+                time.sleep(0.5)
+                runtime.cleanup(pool, nr.name, run_id, trial.key)
+                left = runtime.leftovers(pool, nr.name, run_id, trial.key)
+                if left:
+                    notes.append(f"node {nr.name} not idle after cleanup: {', '.join(left[:5])}")
+        except RemoteError as exc:
+            notes.append(f"cleanup on node {nr.name} failed: {exc}")
+
+    with ThreadPoolExecutor(max_workers=max(1, len(runs))) as ex:
+        list(ex.map(one, runs))
+
+
+def _collect(pool: SSHPool, fw, trial: Trial, runs: list[_NodeRun], out: Path, notes: list[str]) -> None:
+    """Finish reading each node's log over SFTP and write it at the seeds' path (also for failures)."""
+    for nr in runs:
+        if nr.job is None:
+            continue
+        if not nr.unreachable:
+            try:
+                rest = jobs.read_log(pool, nr.job, nr.offset)
+                nr.data += rest
+                nr.offset += len(rest)
+                jobs.remove_job_dir(pool, nr.job)
+            except RemoteError as exc:
+                notes.append(f"log of node {nr.name} may be incomplete: {exc}")
+        dest = out / fw.log_relpath(trial, nr.rank)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(bytes(nr.data))
+
+
+def _finish_without_run(trial: Trial, status: TrialStatus, reason: str, node_names: list[str], started: float,
+                        pool: SSHPool | None) -> TrialResult:
+    if pool is not None:
+        pool.close()
+    return TrialResult(trial=trial, status=status, reason=reason, nodes=list(node_names), started_at=started,
+                       finished_at=time.time())
