@@ -139,7 +139,8 @@ def plan_run(dag_name: str, suite_ids: list[str], conf: Mapping[str, Any] | None
                           "trial": t.trial.to_dict(), "trial_id": t.id, "key": t.trial.key,
                           "dry_run": params["dry_run"], "policy": params["policy"],
                           "timeout_s": p.timeout_s, "hang_timeout_s": p.hang_timeout_s, "image": p.image})
-    return {"runs": runs, "trials": items, "dry_run": params["dry_run"], "policy": params["policy"],
+    return {"runs": runs, "trials": items, "trial_keys": [i["key"] for i in items],
+            "dry_run": params["dry_run"], "policy": params["policy"],
             "cluster": "local" if settings.is_local else Path(settings.cluster).name, "params": params}
 
 
@@ -342,12 +343,21 @@ def report(plan_out: Mapping[str, Any], summaries: list[Mapping[str, Any]]) -> l
     return out
 
 
-def publish(reports: list[Mapping[str, Any]], settings: DlperfSettings) -> list[dict[str, Any]]:
-    """Copy each run directory to the store (manifest last); returns where each went."""
+def publish(reports: list[Mapping[str, Any]], settings: DlperfSettings, dag_name: str = "",
+            summaries: list[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Copy each run directory to the store (manifest last); returns where each went.
+
+    Also writes ``<work_dir>/last-<dag>.json`` (what was published, the result table) for
+    ``make run`` and humans."""
     published = []
     for r in reports:
         where = _store_publish(Path(r["run_dir"]), settings)
-        published.append({"run_id": r["run_id"], "suite": r["suite"], "location": where})
+        published.append({"run_id": r["run_id"], "suite": r["suite"], "location": where,
+                          "run_dir": r["run_dir"], "report": r.get("report"), "plots": r.get("plots", [])})
+    if dag_name:
+        _write_json(Path(settings.work_dir) / f"last-{dag_name}.json",
+                    {"dag": dag_name, "published": published, "finished_at": _now_iso(),
+                     "table": result_table(summaries or [])})
     return published
 
 
@@ -397,7 +407,7 @@ def cleanup(plan_out: Mapping[str, Any] | None, settings: DlperfSettings) -> dic
     if settings.is_local:
         from dlperf_tasks.smoke import local_runner
 
-        stopped = sum(local_runner.stop(item["key"]) for item in plan_out["trials"])
+        stopped = sum(local_runner.stop(key) for key in plan_out.get("trial_keys", []))
         return {"cleaned": ["local0"], "stopped_process_groups": stopped}
     try:
         from dlperf_tasks.remote import cleanup as remote_cleanup  # type: ignore[attr-defined]

@@ -65,12 +65,6 @@ class _NodeRun:
     unreachable: bool = False
 
 
-def trial_settings(suite, framework, runtime: HostRuntime) -> dict[str, Any]:
-    """The framework's launcher settings for a suite: ``launcher`` + the suite env (+ MPI sshd port)."""
-    settings = dict(suite.launcher or {})
-    return settings
-
-
 def _env_for(suite, trial: Trial) -> dict[str, str]:
     fn = getattr(suite, "env_for", None)
     return dict(fn(trial.cell.topology)) if fn else dict(suite.env or {})
@@ -329,33 +323,49 @@ def _max_iteration(fw, blobs: list[bytearray]) -> int:
 
 def _cleanup(pool: SSHPool, runtime: HostRuntime, runs: list[_NodeRun], run_id: str, trial: Trial,
              grace: float, notes: list[str]) -> None:
-    """Kill every job's process group and remove the trial's containers on every node (in parallel).
-    Errors on unreachable nodes are noted, never raised."""
-
-    def one(nr: _NodeRun) -> None:
+    """Kill every job's process group, then remove the trial's containers on every node, then check
+    the nodes are idle (each phase in parallel over the nodes). Errors on unreachable nodes are
+    noted, never raised."""
+    reachable: list[_NodeRun] = []
+    for nr in runs:
         if nr.unreachable:
-            # one quick try: the node may be back; otherwise the leftovers stay noted
-            try:
+            try:  # one quick try: the node may be back
                 pool.run(nr.name, "true", timeout=3, retries=0)
+                nr.unreachable = False
             except RemoteError:
                 notes.append(f"cleanup skipped on unreachable node {nr.name}")
-                return
-        try:
-            if nr.job is not None and nr.exit_code is None:
-                jobs.kill_job(pool, nr.job, grace_s=grace)
+                continue
+        reachable.append(nr)
+
+    def phase(fn: Callable[[_NodeRun], None]) -> None:
+        def guarded(nr: _NodeRun) -> None:
+            try:
+                fn(nr)
+            except RemoteError as exc:
+                notes.append(f"cleanup on node {nr.name} failed: {exc}")
+        with ThreadPoolExecutor(max_workers=max(1, len(reachable))) as ex:
+            list(ex.map(guarded, reachable))
+
+    def kill(nr: _NodeRun) -> None:
+        if nr.job is not None and nr.exit_code is None:
+            jobs.kill_job(pool, nr.job, grace_s=grace)
+
+    def remove(nr: _NodeRun) -> None:
+        runtime.cleanup(pool, nr.name, run_id, trial.key)
+
+    def check(nr: _NodeRun) -> None:
+        left = runtime.leftovers(pool, nr.name, run_id, trial.key)
+        deadline = time.monotonic() + grace
+        while left and time.monotonic() < deadline:
+            time.sleep(0.3)
             runtime.cleanup(pool, nr.name, run_id, trial.key)
             left = runtime.leftovers(pool, nr.name, run_id, trial.key)
-            if left:
-                time.sleep(0.5)
-                runtime.cleanup(pool, nr.name, run_id, trial.key)
-                left = runtime.leftovers(pool, nr.name, run_id, trial.key)
-                if left:
-                    notes.append(f"node {nr.name} not idle after cleanup: {', '.join(left[:5])}")
-        except RemoteError as exc:
-            notes.append(f"cleanup on node {nr.name} failed: {exc}")
+        if left:
+            notes.append(f"node {nr.name} not idle after cleanup: {', '.join(left[:5])}")
 
-    with ThreadPoolExecutor(max_workers=max(1, len(runs))) as ex:
-        list(ex.map(one, runs))
+    phase(kill)
+    phase(remove)
+    phase(check)
 
 
 def _collect(pool: SSHPool, fw, trial: Trial, runs: list[_NodeRun], out: Path, notes: list[str]) -> None:

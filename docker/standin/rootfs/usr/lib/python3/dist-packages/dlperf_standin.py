@@ -42,6 +42,7 @@ import datetime as dt
 import json
 import os
 import random
+import signal
 import socket
 import sys
 import time
@@ -338,6 +339,8 @@ def run(cfg: Config) -> int:
         sys.stderr.write(f"dlperf-standin: invalid configuration (speed {cfg.speed}, iters {cfg.iters}, "
                          f"world {cfg.world}, batch {cfg.batch})\n")
         return 2
+    if hasattr(signal, "SIGPIPE"):  # `... | head` ends us quietly, like a real trainer
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     record(cfg)
     EMITTERS[cfg.fmt](cfg)
     sys.stdout.flush()
