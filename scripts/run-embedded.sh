@@ -1,4 +1,30 @@
 #!/usr/bin/env bash
+# `make run`: the main job on the embedded default, on any machine (CPU is enough).
+#   1. set up AIRFLOW_HOME (.airflow): render airflow.cfg.template, migrate the SQLite DB
+#   2. run the dlperf_smoke DAG end to end through Airflow (dag.test): plan, prepare, real
+#      PyTorch BERT trials with torchrun (1n1g and 1n2g, local processes), collect,
+#      aggregate, report, publish to the local store (.run/store), cleanup
+#   3. print the result table and where the JSON, Markdown, plots and logs are
+# Extra arguments go to the run as a JSON conf, e.g.:  scripts/run-embedded.sh '{"trials": 1}'
 set -euo pipefail
-cd "$(dirname "$0")/.."
-.venv/bin/dlperf extract --suite mxnet-bert --log-dir examples/logs/mxnet/bert/bz32 --batch-size-per-device 32 --warmup-iters 100 --measure-iters 100 --format markdown
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/.airflow}"
+export AIRFLOW_CONFIG="$AIRFLOW_HOME/airflow.cfg"
+PY="$ROOT/.venv/bin/python"
+CONF="${1:-{\}}"
+DAG="${DLPERF_DAG:-dlperf_smoke}"
+
+bash scripts/airflow-env.sh
+mkdir -p .run
+LOG="$ROOT/.run/embedded-$(date -u +%Y%m%dT%H%M%S).log"
+echo "running $DAG through Airflow (dag.test); Airflow's log: $LOG"
+start=$(date +%s)
+if ! "$PY" -m dlperf_tasks.airflow.embedded run --dag "$DAG" --conf "$CONF" >"$LOG" 2>&1; then
+    echo "the $DAG run FAILED; last lines of $LOG:" >&2
+    grep -E "ERROR|Error|error:|failed" "$LOG" | tail -20 >&2 || tail -40 "$LOG" >&2
+    exit 1
+fi
+echo "$DAG finished in $(( $(date +%s) - start )) s"
+echo
+"$PY" -m dlperf_tasks.airflow.embedded show --dag "$DAG"

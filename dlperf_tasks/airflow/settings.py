@@ -24,6 +24,7 @@ Keys (defaults in brackets):
     way) or ``fail_fast`` (fail the run at the first non-OK trial).
 ``trial_retries`` [1]  retries of a trial that failed for a retriable reason (node
     unreachable, launch failure, timeout, hang).
+``lease_wait_s`` [1800]  how long a trial waits for free nodes (leases held by other runs).
 ``pool`` [dlperf_nodes] / ``pool_slots`` [1]
     The Airflow pool every trial runs in (how many trials may run at once).
 """
@@ -66,6 +67,7 @@ class DlperfSettings:
     trial_retries: int = 1
     pool: str = "dlperf_nodes"
     pool_slots: int = 1
+    lease_wait_s: float = 1800.0
 
     @property
     def is_local(self) -> bool:
@@ -121,7 +123,7 @@ def load(get: Callable[[str, str | None], str | None] | None = None) -> DlperfSe
     if policy not in POLICIES:
         raise SettingsError(f"[dlperf] policy: {policy!r} is not one of {', '.join(POLICIES)}")
     ints = {}
-    for key, default, lo in (("trial_retries", "1", 0), ("pool_slots", "1", 1)):
+    for key, default, lo in (("trial_retries", "1", 0), ("pool_slots", "1", 1), ("lease_wait_s", "1800", 0)):
         raw = get(key, default) or default
         try:
             ints[key] = int(raw)
@@ -133,4 +135,5 @@ def load(get: Callable[[str, str | None], str | None] | None = None) -> DlperfSe
         cluster = str(root / cluster)
     return DlperfSettings(cluster=cluster, store_url=store_url, work_dir=work_dir, schedules=schedules,
                           redaction=redaction, policy=policy, trial_retries=ints["trial_retries"],
-                          pool=(get("pool", "dlperf_nodes") or "dlperf_nodes").strip(), pool_slots=ints["pool_slots"])
+                          pool=(get("pool", "dlperf_nodes") or "dlperf_nodes").strip(), pool_slots=ints["pool_slots"],
+                          lease_wait_s=float(ints["lease_wait_s"]))

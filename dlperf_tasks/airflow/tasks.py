@@ -91,13 +91,13 @@ def _cluster(settings: DlperfSettings):
     """The inventory of the configured cluster (None for ``local``)."""
     if settings.is_local:
         return None
-    from dlperf_tasks.remote import inventory
+    from dlperf_tasks.errors import RemoteError
+    from dlperf_tasks.remote.inventory import Cluster
 
-    for name in ("load_cluster", "load"):
-        fn = getattr(inventory, name, None)
-        if fn is not None:
-            return fn(settings.cluster)
-    return inventory.Cluster.from_file(settings.cluster)  # type: ignore[attr-defined]
+    try:
+        return Cluster.from_yaml(settings.cluster)
+    except (OSError, RemoteError) as exc:
+        raise NonRetriable(f"[dlperf] cluster {settings.cluster}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- plan
@@ -120,13 +120,15 @@ def plan_run(dag_name: str, suite_ids: list[str], conf: Mapping[str, Any] | None
 
     overrides = {k: params[k] for k in ("batch_sizes", "precisions", "topologies", "trials", "warmup_iters",
                                         "measure_iters", "image_tag", "xla") if k in params}
-    runs, items = [], []
+    plans = []
     for suite_id in params["suites"] or sorted(suite_ids):
         try:
-            suite = load_suite(suite_id)
-            p = plan(suite, Overrides.from_dict(overrides))
+            plans.append((suite_id, plan(load_suite(suite_id), Overrides.from_dict(overrides))))
         except DlperfError as exc:
             raise NonRetriable(f"suite {suite_id}: {exc}") from None
+    check_fits(sorted({c.topology for _, p in plans for c in p.cells}), settings)
+    runs, items = [], []
+    for suite_id, p in plans:
         run_id = new_run_id(suite_id, dag_run_id)
         run_dir = Path(settings.work_dir) / run_id
         plan_doc = p.to_dict()
@@ -142,6 +144,26 @@ def plan_run(dag_name: str, suite_ids: list[str], conf: Mapping[str, Any] | None
     return {"runs": runs, "trials": items, "trial_keys": [i["key"] for i in items],
             "dry_run": params["dry_run"], "policy": params["policy"],
             "cluster": "local" if settings.is_local else Path(settings.cluster).name, "params": params}
+
+
+LOCAL_MAX_PROCS = 8  # "GPUs" per node on the local cluster = worker processes on this machine
+
+
+def check_fits(topologies, settings: DlperfSettings) -> None:
+    """Every topology must fit the configured cluster (checked before any node is touched)."""
+    if settings.is_local:
+        have_nodes, have_gpus, where = 1, LOCAL_MAX_PROCS, "the local cluster (this machine)"
+    else:
+        cluster = _cluster(settings)
+        have_nodes, have_gpus = len(cluster.nodes), max(n.gpus for n in cluster.nodes)
+        where = f"cluster {getattr(cluster, 'name', settings.cluster)}"
+    for topo in topologies:
+        if topo.nodes > have_nodes:
+            raise NonRetriable(f"invalid run parameter topologies: {topo.name} needs {topo.nodes} nodes; "
+                               f"{where} has {have_nodes}")
+        if topo.gpus_per_node > have_gpus:
+            raise NonRetriable(f"invalid run parameter topologies: {topo.name} needs {topo.gpus_per_node} "
+                               f"GPUs per node; {where} has at most {have_gpus}")
 
 
 # --------------------------------------------------------------------------- prepare
@@ -169,18 +191,36 @@ def prepare(plan_out: Mapping[str, Any], settings: DlperfSettings) -> dict[str, 
         env = local_env()
         nodes = [{"name": "local0", "gpus": os.cpu_count() or 1}]
     else:
-        from dlperf_tasks.remote import prepare as remote_prepare  # type: ignore[attr-defined]
-
-        cluster = _cluster(settings)
-        images = sorted({r["image"] for r in plan_out["runs"] if r.get("image")})
-        try:
-            got = remote_prepare.prepare_nodes(cluster, images)
-        except Exception as exc:
-            raise Retriable(f"prepare failed: {exc}") from exc
-        env, nodes = got.get("env", {}), got.get("nodes", [])
+        env, nodes = _remote_prepare(plan_out, settings)
     for run in plan_out["runs"]:
         _write_json(Path(run["run_dir"]) / "env.json", {"env": env, "nodes": nodes})
     return {"env": env, "nodes": nodes}
+
+
+def _remote_prepare(plan_out: Mapping[str, Any], settings: DlperfSettings) -> tuple[dict, list]:
+    """Registry login + image pull (runtime.prepare) and env capture on every node, per suite."""
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.errors import RemoteError
+    from dlperf_tasks.remote import envcapture
+    from dlperf_tasks.remote.runtime import make_runtime
+    from dlperf_tasks.remote.ssh import SSHPool
+
+    cluster = _cluster(settings)
+    names = cluster.names()
+    env: dict[str, Any] = {}
+    pool = SSHPool(cluster)
+    try:
+        for run in plan_out["runs"]:
+            suite = load_suite(run["suite"])
+            runtime = make_runtime(suite.container, image=cluster.resolve_image(run.get("image")),
+                                   registry=cluster.registry, launcher=suite.launcher)
+            facts = runtime.prepare(pool, names)
+            env[run["suite"]] = envcapture.capture(pool, names, runtime, facts, run.get("upstream_commit"))
+    except RemoteError as exc:
+        raise Retriable(f"prepare on cluster {cluster.name}: {exc}") from None
+    finally:
+        pool.close()
+    return env, [n.public_dict() for n in cluster.nodes]
 
 
 # --------------------------------------------------------------------------- trials
@@ -219,7 +259,7 @@ def run_trial(item: Mapping[str, Any], settings: DlperfSettings, *, try_number: 
         res = local_runner.run_trial(trial, fw, suite.launcher, run_dir, timeout_s=suite.timeout_s,
                                      hang_timeout_s=suite.hang_timeout_s)
     else:
-        res = _remote_run_trial(trial, suite, fw, run_dir, settings)
+        res = _remote_run_trial(trial, suite, fw, run_dir, settings, item["run_id"])
     out = result_to_dict(res)
     _write_json(run_dir / "trials" / f"{trial.key}.json", out)
     if res.status.retriable and try_number < max_tries:
@@ -229,13 +269,52 @@ def run_trial(item: Mapping[str, Any], settings: DlperfSettings, *, try_number: 
     return out
 
 
-def _remote_run_trial(trial, suite, fw, run_dir: Path, settings: DlperfSettings):
-    """Adapter to the remote layer's trial runner (SSH + container runtime, leases, watchdog)."""
+_STOP_EVENTS: dict[str, Any] = {}
+
+
+def _remote_run_trial(trial, suite, fw, run_dir: Path, settings: DlperfSettings, run_id: str):
+    """Lease ``topology.nodes`` free nodes (node exclusivity across runs and DAGs), run the
+    trial there with the remote layer (detached jobs, watchdogs, cleanup, log copy, gate),
+    release the leases. A cancelled task sets the stop event (see :func:`stop_trial`)."""
+    import threading
+
+    from dlperf_tasks.model import TrialStatus
+    from dlperf_tasks.remote.allocation import Leases, NodeBusy
+    from dlperf_tasks.remote.ssh import SSHPool
+    from dlperf_tasks.remote.trial import run_trial as remote_run
+
+    cluster = _cluster(settings)
+    topo = trial.cell.topology
+    fits = [n.name for n in cluster.nodes if n.gpus >= topo.gpus_per_node]
+    groups = [fits[i:i + topo.nodes] for i in range(0, len(fits) - topo.nodes + 1)]
+    if not groups:
+        raise NonRetriable(f"trial {trial.id}: cluster {cluster.name} has no {topo.nodes} nodes with "
+                           f"{topo.gpus_per_node} GPUs")
+    stop = _STOP_EVENTS.setdefault(trial.key, threading.Event())
+    pool = SSHPool(cluster)
+    deadline = time.monotonic() + settings.lease_wait_s
     try:
-        from dlperf_tasks.remote.trial import run_trial as remote_run  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise NonRetriable(f"cluster {settings.cluster}: the remote trial runner is not available ({exc})") from None
-    return remote_run(trial, suite, _cluster(settings), run_dir)
+        while True:
+            for group in groups:
+                leases = Leases(pool, group, run_id)
+                try:
+                    leases.acquire()
+                except NodeBusy:
+                    continue
+                try:
+                    return remote_run(cluster, group, trial, suite, run_id, run_dir, pool=pool, stop_event=stop)
+                finally:
+                    leases.release()
+            if time.monotonic() > deadline or stop.is_set():
+                from dlperf_tasks.model import TrialResult
+
+                return TrialResult(trial=trial, status=TrialStatus.NODE_UNREACHABLE,
+                                   reason=f"no {topo.nodes} free node(s) within {settings.lease_wait_s:.0f} s "
+                                          f"(leased by other runs)")
+            time.sleep(5)
+    finally:
+        _STOP_EVENTS.pop(trial.key, None)
+        pool.close()
 
 
 def stop_trial(item: Mapping[str, Any], settings: DlperfSettings) -> None:
@@ -248,16 +327,17 @@ def stop_trial(item: Mapping[str, Any], settings: DlperfSettings) -> None:
 
         local_runner.stop(trial.key)
         return
-    try:
-        from dlperf_tasks.remote.trial import stop_trial as remote_stop  # type: ignore[import-not-found]
-    except ImportError:
-        return
-    remote_stop(trial, _cluster(settings))
+    event = _STOP_EVENTS.get(trial.key)
+    if event is not None:  # the running remote trial stops, kills its jobs and cleans its nodes
+        event.set()
 
 
 # --------------------------------------------------------------------------- collect .. publish
 def collect(plan_out: Mapping[str, Any], results: list[Mapping[str, Any]], settings: DlperfSettings) -> dict:
-    """Group trial results by run; make sure every log is in the run's log tree."""
+    """Group trial results by run and list logs missing from the run's log tree.
+
+    Both runners copy every node's log into the run directory when the trial ends (the
+    remote one over SFTP in its ``finally``), so collecting is a check, not a transfer."""
     by_run: dict[str, list] = {r["run_id"]: [] for r in plan_out["runs"]}
     for res in results:
         if res is None:
@@ -270,14 +350,6 @@ def collect(plan_out: Mapping[str, Any], results: list[Mapping[str, Any]], setti
         run_dir = Path(run["run_dir"])
         lacking = [p for res in by_run[run["run_id"]] for p in res.get("log_paths", [])
                    if not (run_dir / p).exists()]
-        if lacking and not settings.is_local:
-            try:
-                from dlperf_tasks.remote.trial import fetch_logs  # type: ignore[import-not-found]
-
-                fetch_logs(_cluster(settings), run_dir, lacking)
-                lacking = [p for p in lacking if not (run_dir / p).exists()]
-            except ImportError:
-                pass
         missing[run["run_id"]] = lacking
     return {"results": by_run, "missing_logs": missing}
 
@@ -362,37 +434,16 @@ def publish(reports: list[Mapping[str, Any]], settings: DlperfSettings, dag_name
 
 
 def _store_publish(run_dir: Path, settings: DlperfSettings) -> str:
+    """Publish with dlperf_tasks.store (redacted logs, manifest last, index updated)."""
+    from dlperf_tasks.errors import StoreError
+    from dlperf_tasks.store import Store
+
+    inventory = None if settings.is_local else settings.cluster  # so node IPs/hostnames get redacted
     try:
-        from dlperf_tasks.store import Store  # type: ignore[attr-defined]
-    except ImportError:
-        Store = None
-    if Store is not None:
-        store = Store.from_settings(settings.store_url, redaction=settings.redaction)
-        got = store.publish(run_dir)
-        return str(getattr(got, "url", None) or getattr(got, "path", None) or got)
-    return _file_publish(run_dir, settings.store_url)
-
-
-def _file_publish(run_dir: Path, store_url: str) -> str:
-    """Minimal file:// publisher used until dlperf_tasks.store lands (same layout, manifest last)."""
-    import shutil
-
-    if not store_url.startswith("file://"):
-        raise NonRetriable(f"store {store_url}: only file:// is supported without dlperf_tasks.store")
-    result = json.loads((run_dir / "result.json").read_text())
-    run = result["run"]
-    date = (run.get("started_at") or _now_iso())[:10]
-    dest = Path(store_url[len("file://"):]) / "runs" / run["suite"] / date / run["run_id"]
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(run_dir, dest, ignore=shutil.ignore_patterns("*.tmp"))
-    entries = []
-    for p in sorted(dest.rglob("*")):
-        if p.is_file():
-            entries.append({"path": str(p.relative_to(dest)), "size": p.stat().st_size,
-                            "sha256": hashlib.sha256(p.read_bytes()).hexdigest()})
-    _write_json(dest / "manifest.json", {"run_id": run["run_id"], "suite": run["suite"], "objects": entries})
-    return f"file://{dest}"
+        store = Store.from_settings(settings.store_url, redaction=",".join(settings.redaction) or "none")
+        return str(store.publish(run_dir, inventory=inventory))
+    except StoreError as exc:
+        raise Retriable(f"publish {run_dir.name} to {settings.store_url}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- cleanup
@@ -409,13 +460,34 @@ def cleanup(plan_out: Mapping[str, Any] | None, settings: DlperfSettings) -> dic
 
         stopped = sum(local_runner.stop(key) for key in plan_out.get("trial_keys", []))
         return {"cleaned": ["local0"], "stopped_process_groups": stopped}
-    try:
-        from dlperf_tasks.remote import cleanup as remote_cleanup  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise NonRetriable(f"cleanup: the remote cleanup module is not available ({exc})") from None
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.errors import RemoteError
+    from dlperf_tasks.remote.runtime import make_runtime
+    from dlperf_tasks.remote.ssh import SSHPool
+
+    for event in list(_STOP_EVENTS.values()):
+        event.set()
     cluster = _cluster(settings)
-    done = remote_cleanup.cleanup_nodes(cluster, run_ids=[r["run_id"] for r in plan_out["runs"]])
-    return {"cleaned": list(done) if done else []}
+    pool = SSHPool(cluster)
+    cleaned, problems = [], []
+    try:
+        for run in plan_out["runs"]:
+            suite = load_suite(run["suite"])
+            runtime = make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher)
+            for name in cluster.names():
+                try:
+                    runtime.cleanup(pool, name, run["run_id"])
+                    left = runtime.leftovers(pool, name, run["run_id"])
+                    if left:
+                        problems.append(f"{name}: {', '.join(left)}")
+                    cleaned.append(name)
+                except RemoteError as exc:
+                    problems.append(f"{name}: {exc}")
+    finally:
+        pool.close()
+    if problems:
+        raise Retriable("cleanup left something behind: " + "; ".join(problems))
+    return {"cleaned": sorted(set(cleaned))}
 
 
 def result_table(summaries: list[Mapping[str, Any]]) -> str:

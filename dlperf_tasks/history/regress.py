@@ -145,8 +145,9 @@ def _fmt(x: float | None) -> str:
 
 def _test(kind: str, cell_id: str, unit: str, higher_is_better: bool, current_values: list[float],
           current_point: float, base_points: list[tuple[RunView, float, list[float]]], current_env: dict,
-          cfg: RegressConfig) -> Verdict:
-    """Test one quantity. ``base_points``: (run, run's point value, run's per-trial values), oldest first."""
+          cfg: RegressConfig, floor_factor: float = 1.0) -> Verdict:
+    """Test one quantity. ``base_points``: (run, run's point value, run's per-trial values), oldest first.
+    ``floor_factor`` scales the within-run noise floor (sqrt(2) for a ratio of two noisy medians)."""
     v = Verdict(kind=kind, cell_id=cell_id, status=OK, unit=unit, current=current_point,
                 n_current=len(current_values), n_baseline_runs=len(base_points),
                 baseline_runs=[r.run_id for r, _, _ in base_points])
@@ -162,7 +163,7 @@ def _test(kind: str, cell_id: str, unit: str, higher_is_better: bool, current_va
     base = median(points)
     # expected sigma of a run median from the within-run trial spread (median over runs)
     within = [mad(xs) / math.sqrt(len(xs)) * 1.2533 for _, _, xs in base_points if len(xs) >= 3]
-    sigma = max(mad(points), median(within) if within else 0.0)
+    sigma = max(mad(points), floor_factor * median(within) if within else 0.0)
     v.baseline, v.baseline_mad = base, sigma
     v.history_cv = sigma / abs(base) if base else None
     delta = (current_point - base) / base if base else 0.0
@@ -213,7 +214,7 @@ def detect(current: RunView, history: Iterable[RunView], config: RegressConfig |
                 sbase = sbase[-cfg.history_runs:]
                 verdicts["scaling"] = _test("scaling", cell_id, "x (speedup vs 1n1g)", True,
                                             [x / b_cur.median for x in cv.values], cv.median / b_cur.median,
-                                            sbase, current.env, cfg)
+                                            sbase, current.env, cfg, floor_factor=math.sqrt(2.0))
         by_cell[cell_id] = verdicts
         report.verdicts.extend(verdicts.values())
 

@@ -119,7 +119,12 @@ class RunView:
     @classmethod
     def from_summary(cls, s: Mapping[str, Any]) -> "RunView":
         cells = {cid: CellView.from_summary_cell(cid, c) for cid, c in (s.get("cells") or {}).items()}
-        env = flat_env({k: s.get(k) for k in RUN_ENV_KEYS} | {"env": s.get("env") or {}})
+        env_src = s.get("env") or {}
+        if isinstance(env_src.get("env"), Mapping) or any(k in env_src for k in RUN_ENV_KEYS):
+            run_like = env_src  # store index: env = {image, image_digest, upstream_commit, ..., env: {...}}
+        else:
+            run_like = {k: s.get(k) for k in RUN_ENV_KEYS} | {"env": env_src}
+        env = flat_env(run_like)
         started = s.get("started_at")
         return cls(run_id=str(s.get("run_id")), suite=str(s.get("suite")),
                    date=str(s.get("date") or (started or "")[:10]), started_at=started,

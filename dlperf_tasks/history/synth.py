@@ -90,17 +90,40 @@ def nightly_results(n: int, *, start: dt.date = dt.date(2026, 1, 1), seed: int =
     return out
 
 
-def summary_of(result: Mapping[str, Any], status: str = "ok") -> dict:
-    """The store index row of a result (same keys as the store writes; used by in-test fakes)."""
+def summary_of(result: Mapping[str, Any], status: str | None = None) -> dict:
+    """The store's index row of ``result`` (:func:`dlperf_tasks.store.index.run_summary`), for
+    in-memory tests; ``status`` overrides the derived run status."""
+    from dlperf_tasks.store.index import run_summary
+
     run = result["run"]
-    return {
-        "run_id": run["run_id"], "suite": run["suite"], "framework": run.get("framework"),
-        "date": (run.get("started_at") or "")[:10], "started_at": run.get("started_at"), "status": status,
-        "path": f"runs/{run['suite']}/{(run.get('started_at') or '')[:10]}/{run['run_id']}",
-        "cells": {c["cell_id"]: {"median_speed": c["median_speed"], "speedup": c["speedup"],
-                                  "n_valid": c["n_valid"], "trial_values": c.get("values"),
-                                  "metric_kind": c["metric_kind"], "model": c.get("model")}
-                  for c in result["cells"]},
-        "env": run.get("env") or {}, "image": run.get("image"), "image_digest": run.get("image_digest"),
-        "upstream_commit": run.get("upstream_commit"),
-    }
+    date = (run.get("started_at") or "")[:10]
+    s = run_summary(result, f"runs/{run['suite']}/{date}/{run['run_id']}", date)
+    if status is not None:
+        s["status"] = status
+    return s
+
+
+def seed_store(store: Any, results: list[dict], workdir: str, *, plots_for_last: int = 0,
+               report: bool = False) -> list[str]:
+    """Publish ``results`` into ``store`` through the real publish path (one run directory
+    each under ``workdir``: ``result.json``, optional ``plots/*.png`` for the last
+    ``plots_for_last`` runs and ``report.md``). Returns the run ids."""
+    from pathlib import Path
+
+    from dlperf_tasks.report.result_json import write_result
+
+    ids = []
+    for i, res in enumerate(results):
+        run_dir = Path(workdir) / res["run"]["run_id"]
+        write_result(res, run_dir / "result.json")
+        if plots_for_last and i >= len(results) - plots_for_last:
+            from dlperf_tasks.report.plots import render_plots
+
+            render_plots(res, run_dir / "plots")
+        if report:
+            from dlperf_tasks.report.markdown import render_markdown
+
+            (run_dir / "report.md").write_text(render_markdown(res))
+        store.publish(run_dir)
+        ids.append(res["run"]["run_id"])
+    return ids

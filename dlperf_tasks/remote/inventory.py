@@ -161,12 +161,38 @@ class Registry:
     username: str
     password_env: str | None = None
     password: str | None = field(default=None, repr=False)  # from an Airflow connection only
+    username_env: str | None = None
+    env_file: str | None = None  # KEY=VALUE file (mode 0600) consulted when the variables are not set
+
+    def _env(self, name: str) -> str | None:
+        if name in os.environ:
+            return os.environ[name]
+        if self.env_file:
+            try:
+                for line in Path(self.env_file).read_text().splitlines():
+                    line = line.strip()
+                    if line.startswith("export "):
+                        line = line[7:]
+                    k, sep, v = line.partition("=")
+                    if sep and k.strip() == name:
+                        v = v.strip()
+                        if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
+                            v = v[1:-1]
+                        return v
+            except OSError:
+                return None
+        return None
+
+    def resolve_username(self) -> str:
+        if self.username_env:
+            return self._env(self.username_env) or self.username
+        return self.username
 
     def resolve_password(self) -> str | None:
         if self.password:
             return self.password
         if self.password_env:
-            return os.environ.get(self.password_env)
+            return self._env(self.password_env)
         return None
 
 
@@ -176,6 +202,8 @@ class Cluster:
     name: str = "cluster"
     registry: Registry | None = None
     source: str = ""
+    #: images the cluster's own registry mirrors (e.g. ``127.0.0.1:5000/nvidia/pytorch:20.06-py3``)
+    images: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.nodes:
@@ -200,10 +228,22 @@ class Cluster:
     def subset(self, names: Iterable[str]) -> "Cluster":
         wanted = list(names)
         return Cluster(tuple(self.node(n) for n in wanted), name=self.name, registry=self.registry,
-                       source=self.source)
+                       source=self.source, images=self.images)
 
     def public_dict(self) -> dict[str, Any]:
         return {"name": self.name, "nodes": [n.public_dict() for n in self.nodes]}
+
+    def resolve_image(self, image: str | None) -> str | None:
+        """The suite's image, or the cluster's mirror of it: an entry of ``images`` with the same
+        repository path and tag under another registry (``nvcr.io/nvidia/mxnet:20.03-py3`` ->
+        ``127.0.0.1:5000/nvidia/mxnet:20.03-py3``)."""
+        if not image or image in self.images:
+            return image
+        tail = image.split("/", 1)[1] if "/" in image and _has_registry(image) else image
+        for m in self.images:
+            if "/" in m and m.split("/", 1)[1] == tail:
+                return m
+        return image
 
     # ---- constructors --------------------------------------------------------
     @classmethod
@@ -231,9 +271,15 @@ class Cluster:
             if reg.get("password"):
                 raise RemoteError(f"{source}: registry passwords may not be written in the inventory; "
                                   f"use 'password_env' (name of an environment variable)")
+            env_file = data.get("env_file")
             registry = Registry(server=str(reg["server"]), username=str(reg.get("username") or reg.get("user") or ""),
-                                password_env=reg.get("password_env"))
-        return cls(tuple(nodes), name=str(data.get("name") or "cluster"), registry=registry, source=source)
+                                password_env=reg.get("password_env"), username_env=reg.get("username_env"),
+                                env_file=os.path.expanduser(str(env_file)) if env_file else None)
+        images = data.get("images") or ()
+        if not isinstance(images, (list, tuple)):
+            raise RemoteError(f"{source}: 'images' must be a list of image references")
+        return cls(tuple(nodes), name=str(data.get("name") or "cluster"), registry=registry, source=source,
+                   images=tuple(str(i) for i in images))
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "Cluster":
@@ -289,6 +335,11 @@ class Cluster:
                            password=registry.get("password") or None,
                            password_env=(registry.get("extra") or {}).get("password_env"))
         return cls(tuple(nodes), name=name, registry=reg, source=name)
+
+
+def _has_registry(image: str) -> bool:
+    first = image.split("/", 1)[0]
+    return "." in first or ":" in first or first == "localhost"
 
 
 def node_fields() -> list[str]:

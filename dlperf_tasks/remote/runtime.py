@@ -63,7 +63,8 @@ class NodeFacts:
 # ---- pure command builders ------------------------------------------------------------
 def login_command(registry: Registry) -> str:
     """``docker login`` reading the password from stdin (never on the command line)."""
-    return shlex.join(["docker", "login", "--username", registry.username, "--password-stdin", registry.server])
+    return shlex.join(["docker", "login", "--username", registry.resolve_username(), "--password-stdin",
+                       registry.server])
 
 
 def image_inspect_command(image: str) -> str:
@@ -221,7 +222,7 @@ class DockerRuntime(HostRuntime):
         res = pool.run(node, login_command(reg), stdin=password + "\n", timeout=120)
         if res.rc != 0:
             err = (res.stderr or res.stdout).replace(password, "***").strip()[-400:]
-            raise RemoteError(f"docker login to registry {reg.server} as {reg.username!r} failed on node {node}: "
+            raise RemoteError(f"docker login to registry {reg.server} as {reg.resolve_username()!r} failed on node {node}: "
                               f"{err}", node=node)
 
     def pull(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:

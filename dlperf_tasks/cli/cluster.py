@@ -1,0 +1,59 @@
+"""``dlperf cluster check``: is every node reachable, is docker usable, how many GPUs."""
+
+from __future__ import annotations
+
+import argparse
+
+DESCRIPTION = """\
+Check a cluster inventory before a sweep: for every node, SSH reachability (host key checked
+unless the inventory opts out), whether docker works and has the nvidia runtime, the GPUs
+nvidia-smi sees (0 on a machine without GPUs), /dev/infiniband, and whether another sweep
+holds the node's lease. Exit status 0 when every node is reachable, 1 otherwise.
+"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("cluster", help="check a cluster inventory (reachability, docker, GPUs)",
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cluster_command", metavar="<action>")
+    c = sub.add_parser("check", help="check every node of an inventory", description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--cluster", required=True, metavar="YAML", help="cluster inventory (format: docs/testcluster.md)")
+    c.set_defaults(func=run_check)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def check_node(pool, name: str) -> dict:
+    from dlperf_tasks.errors import RemoteError
+    from dlperf_tasks.remote.runtime import probe_command
+
+    row = {"node": name, "ssh": "ok", "docker": "-", "nvidia": "-", "gpus": "-", "ib": "-", "lease": "-"}
+    try:
+        out = pool.run(name, probe_command(), timeout=30).stdout
+    except RemoteError as exc:
+        row["ssh"] = f"FAILED: {exc}"
+        return row
+    row["docker"] = "ok" if "docker=1" in out else "no"
+    row["nvidia"] = "yes" if "nvidia=1" in out else "no"
+    row["ib"] = "yes" if "ib=1" in out else "no"
+    gpus = pool.run(name, "nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true", timeout=30).stdout.strip()
+    row["gpus"] = gpus or "0"
+    wd = pool.cluster.node(name).workdir.rstrip("/")
+    lease = pool.run(name, f"cat {wd}/.lease/owner {wd}/.lease/run_id 2>/dev/null | tr '\\n' ' '", timeout=30)
+    row["lease"] = lease.stdout.strip() or "free"
+    return row
+
+
+def run_check(args) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dlperf_tasks.plan import format_table
+    from dlperf_tasks.remote.inventory import Cluster
+    from dlperf_tasks.remote.ssh import SSHPool
+
+    cluster = Cluster.from_yaml(args.cluster)
+    with SSHPool(cluster) as pool, ThreadPoolExecutor(max_workers=len(cluster.names)) as ex:
+        rows = list(ex.map(lambda n: check_node(pool, n), cluster.names))
+    head = ["node", "ssh", "docker", "nvidia", "gpus", "ib", "lease"]
+    print(format_table(head, [[r[h] for h in head] for r in rows]))
+    return 0 if all(r["ssh"] == "ok" for r in rows) else 1

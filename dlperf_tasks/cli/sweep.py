@@ -1,0 +1,102 @@
+"""``dlperf sweep``: run a suite's benchmark sweep on a cluster over SSH/Docker."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+DESCRIPTION = """\
+Run a benchmark sweep on a cluster: plan the suite's cells x trials (as 'dlperf plan'), lease
+the cluster's nodes (other sweeps on the same cluster wait or use other nodes), prepare every
+node once (registry login, image pull, environment capture; in parallel), run the trials
+(several at once on disjoint nodes with --policy packed; one at a time, DLPerf-style, with
+--policy sequential), then write result.json and report.md into --out.
+
+Progress (cell, trial, node, iteration) is printed on stderr. Re-running into the same --out
+runs only the trials that are missing or invalid there and aggregates everything again.
+Registry passwords come from the environment variable named in the inventory's
+registry.password_env (for NGC: username $oauthtoken, the API key as password).
+"""
+
+EPILOG = """\
+examples:
+  dlperf sweep --suite mxnet-bert --cluster cluster.yaml --topologies 1n1g,1n8g,2n8g,4n8g --trials 7 --out runs/bert
+  dlperf sweep --suite pytorch-bert --cluster cluster.yaml --policy sequential --out runs/pt
+exit status: 0 = every trial valid, 1 = some trials invalid or not run, 2 = error before/while running
+"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("sweep", help="run a suite's sweep on a cluster (SSH + Docker) and write the results",
+                              description=DESCRIPTION, epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", required=True, help="suite id (see 'dlperf catalog') or path to a suite .yaml file")
+    p.add_argument("--cluster", required=True, metavar="YAML", help="cluster inventory (format: docs/testcluster.md)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (logs/, trials/, result.json, report.md)")
+    p.add_argument("--catalog-dir", action="append", default=[], metavar="DIR", help="extra directory of suite YAMLs")
+    p.add_argument("--topologies", metavar="LIST", help="comma-separated topologies, e.g. 1n1g,1n8g,2n8g,4n8g")
+    p.add_argument("--batch-sizes", metavar="LIST", help="comma-separated batch sizes per device, e.g. 32,24")
+    p.add_argument("--precisions", metavar="LIST", help="comma-separated precisions: fp32, amp (fp16 = amp)")
+    p.add_argument("--xla", choices=["on", "off", "both"], help="XLA on, off or both (TensorFlow suites)")
+    p.add_argument("--trials", type=int, metavar="N", help="trials per cell (seeds: 5-7)")
+    p.add_argument("--warmup-iters", type=int, metavar="N", help="iterations dropped at the start (seeds: 20)")
+    p.add_argument("--measure-iters", type=int, metavar="M", help="iterations measured after the warm-up (seeds: 100)")
+    p.add_argument("--image-tag", metavar="TAG", help="run another tag of the suite's image, e.g. 20.12-py3")
+    p.add_argument("--image", metavar="REF",
+                   help="full image reference to run instead of the suite's (default: the suite's image, or the "
+                        "inventory's mirror of it listed under 'images:')")
+    p.add_argument("--cases", metavar="LIST", help="Megatron: comma-separated case names")
+    p.add_argument("--policy", choices=["packed", "sequential", "packed_exclusive_multinode"], default="packed",
+                   help="packed (default): independent trials at once on disjoint free nodes, longest first; "
+                        "sequential: one trial at a time like DLPerf; packed_exclusive_multinode: multi-node "
+                        "trials run alone on the cluster")
+    p.add_argument("--cooldown", type=float, default=0.0, metavar="S", help="idle seconds on a node after each trial")
+    p.add_argument("--retries", type=int, default=1, metavar="N",
+                   help="extra attempts for retriable failures (node unreachable, launch failed, timeout, hang)")
+    p.add_argument("--nodes", metavar="LIST", help="use only these inventory nodes (comma-separated names)")
+    p.add_argument("--wait-for-nodes", type=float, default=0.0, metavar="S",
+                   help="wait up to S seconds for nodes leased by another sweep (default: fail at once)")
+    p.add_argument("--no-env-capture", action="store_true", help="skip nvidia-smi / CUDA / NCCL version capture")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from dlperf_tasks.catalog import load_suite
+    from dlperf_tasks.errors import PlanError
+    from dlperf_tasks.plan import Overrides, plan
+    from dlperf_tasks.remote.inventory import Cluster
+    from dlperf_tasks.sweep import SweepOptions, run_sweep
+
+    if args.trials is not None and args.trials < 1:
+        raise PlanError("--trials must be >= 1")
+    suite = load_suite(args.suite, extra_dirs=args.catalog_dir)
+    overrides = Overrides.from_dict({
+        "topologies": args.topologies, "batch_sizes": args.batch_sizes, "precisions": args.precisions,
+        "xla": args.xla, "trials": args.trials, "warmup_iters": args.warmup_iters,
+        "measure_iters": args.measure_iters, "image_tag": args.image_tag, "cases": args.cases,
+    })
+    the_plan = plan(suite, overrides)
+    cluster = Cluster.from_yaml(args.cluster)
+    opts = SweepOptions(policy=args.policy, cooldown_s=args.cooldown, retries=max(0, args.retries),
+                        nodes=[n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None,
+                        lease_wait_s=args.wait_for_nodes, image=args.image, capture_env=not args.no_env_capture,
+                        progress=None if args.quiet else sys.stderr)
+    stop = threading.Event()
+
+    def on_term(signum, frame):  # SIGTERM: stop like Ctrl-C, trials clean up their nodes
+        stop.set()
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        res = run_sweep(suite, the_plan, cluster, args.out, opts, stop_event=stop)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    total = len(res.all)
+    bad = [r for r in res.all if not r.valid]
+    print(f"{total - len(bad)}/{total} trials valid; wrote {res.out_dir / 'result.json'} and "
+          f"{res.out_dir / 'report.md'}")
+    return 1 if bad else 0

@@ -1,0 +1,140 @@
+"""The per-suite index ``<prefix>/index/<suite>.json``: one summary per published run, so
+"the last N runs of this cell" is a single read (no bucket listing).
+
+Index document::
+
+    {"schema_version": 1, "suite": "mxnet-bert", "runs": [<summary>, ...]}   # oldest first
+
+Summary (built by :func:`run_summary` from the *redacted* result JSON)::
+
+    {"run_id", "suite", "framework", "date": "YYYY-MM-DD", "started_at", "finished_at",
+     "status": "ok|partial|failed", "path": "runs/<suite>/<date>/<run_id>",
+     "manifest_sha256": "...", "n_cells": 4,
+     "cells": {cell_id: {"median_speed", "average_speed", "speedup", "n_valid", "n_invalid",
+                         "trial_values", "metric_kind", "unit", "topology", "batch_size_per_device",
+                         "precision", "model"}},
+     "env": {"image", "image_digest", "upstream_commit", "dag_run_id", "nodes": <count>, "env": {...}}}
+
+Updates use optimistic concurrency (If-Match / If-None-Match) where the backend supports
+conditional writes; otherwise read-modify-write followed by a verifying re-read. Either way
+a concurrent publisher's entry is never lost, and re-publishing a run replaces its entry.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from typing import Any, Mapping
+
+from dlperf_tasks.errors import StoreError
+from dlperf_tasks.store.backends import Backend, NotFound, NotSupported, PreconditionFailed
+
+INDEX_SCHEMA_VERSION = 1
+_CELL_KEYS = ("median_speed", "average_speed", "speedup", "n_valid", "n_invalid", "metric_kind", "unit",
+              "topology", "batch_size_per_device", "precision", "model", "nodes", "gpus", "xla", "speedup_state")
+
+
+def run_status(result: Mapping[str, Any]) -> str:
+    """``run.status`` if the result carries one, else ok (every cell has valid trials),
+    partial (some) or failed (none / no cells)."""
+    explicit = (result.get("run") or {}).get("status")
+    if explicit:
+        return str(explicit)
+    cells = result.get("cells") or []
+    valid = [int(c.get("n_valid") or 0) > 0 for c in cells]
+    if not valid or not any(valid):
+        return "failed"
+    return "ok" if all(valid) else "partial"
+
+
+def run_summary(result: Mapping[str, Any], path: str, date: str, manifest_sha256: str | None = None) -> dict:
+    run = result.get("run") or {}
+    cells: dict[str, Any] = {}
+    for c in result.get("cells") or []:
+        cid = c.get("cell_id")
+        if not cid:
+            continue
+        entry = {k: c.get(k) for k in _CELL_KEYS if k in c}
+        entry["trial_values"] = [t.get("value") for t in c.get("trials") or []
+                                 if str(t.get("status", "OK")).upper() == "OK" and t.get("value") is not None]
+        cells[cid] = entry
+    cluster = run.get("cluster") or {}
+    env = {
+        "image": run.get("image"), "image_digest": run.get("image_digest"),
+        "upstream_commit": run.get("upstream_commit"), "dag_run_id": run.get("dag_run_id"),
+        "nodes": len(cluster.get("nodes") or []), "env": run.get("env") or {},
+    }
+    return {
+        "run_id": run.get("run_id"), "suite": run.get("suite"), "framework": run.get("framework"),
+        "date": date, "started_at": run.get("started_at"), "finished_at": run.get("finished_at"),
+        "status": run_status(result), "path": path, "manifest_sha256": manifest_sha256,
+        "n_cells": len(cells), "cells": cells, "env": env,
+    }
+
+
+def _sort_key(s: Mapping[str, Any]) -> tuple:
+    return (str(s.get("started_at") or s.get("date") or ""), str(s.get("run_id") or ""))
+
+
+def parse_index(data: bytes, where: str) -> dict:
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StoreError(f"{where}: index is not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
+        raise StoreError(f"{where}: index has no 'runs' list")
+    return doc
+
+
+def read_index(backend: Backend, key: str, suite: str) -> tuple[dict, str | None]:
+    """(index document, etag); an empty index when the key does not exist yet."""
+    try:
+        data, etag = backend.get_bytes(key)
+    except NotFound:
+        return {"schema_version": INDEX_SCHEMA_VERSION, "suite": suite, "runs": []}, None
+    return parse_index(data, backend.describe(key)), etag
+
+
+def _merged(doc: dict, summary: Mapping[str, Any]) -> dict:
+    runs = [r for r in doc.get("runs", []) if r.get("run_id") != summary["run_id"]]
+    runs.append(dict(summary))
+    runs.sort(key=_sort_key)
+    return {"schema_version": INDEX_SCHEMA_VERSION, "suite": doc.get("suite") or summary.get("suite"),
+            "runs": runs}
+
+
+def _encode(doc: Mapping[str, Any]) -> bytes:
+    return (json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
+
+
+def update_index(backend: Backend, key: str, summary: Mapping[str, Any], attempts: int = 8,
+                 base_delay: float = 0.05) -> None:
+    """Insert/replace ``summary`` in the index at ``key`` without losing concurrent updates."""
+    suite = str(summary.get("suite"))
+    conditional = backend.supports_conditional
+    last: Exception | None = None
+    for attempt in range(attempts):
+        doc, etag = read_index(backend, key, suite)
+        existing = next((r for r in doc["runs"] if r.get("run_id") == summary["run_id"]), None)
+        if existing == dict(summary):
+            return  # already there, nothing to write (idempotent re-publish)
+        new = _encode(_merged(doc, summary))
+        try:
+            if conditional:
+                backend.put_bytes(key, new, content_type="application/json",
+                                  if_match=etag, if_none_match=etag is None)
+            else:
+                backend.put_bytes(key, new, content_type="application/json")
+            # verify in both modes: an endpoint that silently ignores If-Match is caught here
+            check, _ = read_index(backend, key, suite)
+            if any(r.get("run_id") == summary["run_id"] for r in check["runs"]):
+                return
+            last = StoreError(f"{backend.describe(key)}: index entry vanished after write (concurrent writer)")
+        except NotSupported:
+            conditional = False  # endpoint without conditional PUT: read-modify-write + verify
+            continue
+        except PreconditionFailed as exc:
+            last = exc
+        time.sleep(base_delay * (2 ** attempt) * (0.5 + random.random()))
+    raise StoreError(f"{backend.describe(key)}: could not update the index after {attempts} attempts: {last}")

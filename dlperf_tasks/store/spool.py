@@ -1,0 +1,322 @@
+"""The publish spool: a local copy of exactly what will be uploaded, redacted, with its manifest.
+
+Built under the run directory (``<run_dir>/publish-spool/``) before anything is uploaded::
+
+    publish-spool/objects/logs.tar.gz          redacted, deterministic (same input -> same bytes)
+                 /objects/logs/<relpath>        each redacted log
+                 /objects/result.json           redacted
+                 /objects/report.md             redacted
+                 /objects/plots/<name>.png      copied as is
+                 /objects/manifest.json         {objects: [{path, size, sha256, content_type}], ...}
+                 /target.json                   the store URL (never credentials), suite, date, run path
+                 /local-only/redaction-map.json original -> placeholder (NEVER uploaded)
+                 /local-only/secrets.json       what publish checks for leaks on --resume
+                 /state.json                    {"complete": bool, "uploaded": [...]} (informational)
+
+Building is deterministic (sorted walk, stable placeholder numbering, fixed tar/gzip
+timestamps, manifest without wall-clock times), so publishing the same run dir twice yields
+byte-identical objects, and ``--resume`` uploads the spool as it is.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import shutil
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from dlperf_tasks.errors import StoreError
+from dlperf_tasks.store import layout as L
+from dlperf_tasks.store.backends import sha256_file
+from dlperf_tasks.store.redact import Redactor, Secrets, find_leaks
+
+SPOOL_DIR = "publish-spool"
+MANIFEST_SCHEMA_VERSION = 1
+_BINARY_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".gz", ".tgz", ".zip", ".pdf")
+
+CONTENT_TYPES = {".json": "application/json", ".md": "text/markdown; charset=utf-8",
+                 ".png": "image/png", ".gz": "application/gzip", ".log": "text/plain; charset=utf-8",
+                 ".txt": "text/plain; charset=utf-8", ".svg": "image/svg+xml", ".csv": "text/csv"}
+
+
+def content_type(rel: str) -> str:
+    return CONTENT_TYPES.get(os.path.splitext(rel)[1].lower(), "application/octet-stream")
+
+
+def _is_binary(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return b"\x00" in f.read(8192)
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StoreError(f"{what}: {path} not found") from None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{what}: cannot read {path}: {exc}") from None
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+@dataclass
+class Spool:
+    run_dir: Path
+    root: Path
+    manifest: dict
+
+    @property
+    def objects_dir(self) -> Path:
+        return self.root / "objects"
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest["run_id"]
+
+    @property
+    def suite(self) -> str:
+        return self.manifest["suite"]
+
+    @property
+    def date(self) -> str:
+        return self.manifest["date"]
+
+    @property
+    def run_path(self) -> str:
+        return self.manifest["path"]
+
+    def entries(self) -> list[dict]:
+        """Manifest entries in upload order (logs first); the manifest itself is not listed."""
+        return sorted(self.manifest["objects"], key=lambda e: L.Layout.upload_rank(e["path"]))
+
+    def file(self, rel: str) -> Path:
+        return self.objects_dir / L.validate_relpath(rel)
+
+    def manifest_file(self) -> Path:
+        return self.objects_dir / L.MANIFEST
+
+    def manifest_sha256(self) -> str:
+        return sha256_file(self.manifest_file())
+
+    # ---- state --------------------------------------------------------------------
+    def read_target(self) -> dict:
+        p = self.root / "target.json"
+        return _read_json(p, "publish spool") if p.exists() else {}
+
+    def write_target(self, target: Mapping[str, Any]) -> None:
+        _write_json(self.root / "target.json", dict(target))
+
+    def write_state(self, complete: bool, uploaded: list[str], error: str | None = None) -> None:
+        _write_json(self.root / "state.json", {"complete": complete, "uploaded": uploaded, "error": error})
+
+    def state(self) -> dict:
+        p = self.root / "state.json"
+        return _read_json(p, "publish spool") if p.exists() else {"complete": False, "uploaded": []}
+
+    def secrets(self) -> Secrets:
+        p = self.root / "local-only" / "secrets.json"
+        if not p.exists():
+            return Secrets()
+        d = _read_json(p, "publish spool")
+        return Secrets(hosts=tuple(d.get("hosts", ())), names=tuple(d.get("names", ())),
+                       users=tuple(d.get("users", ())), check_ips=bool(d.get("check_ips", True)))
+
+    # ---- integrity ------------------------------------------------------------------
+    def verify(self) -> None:
+        """Every spooled file matches the manifest (size + sha256)."""
+        for e in self.manifest["objects"]:
+            p = self.file(e["path"])
+            if not p.is_file():
+                raise StoreError(f"publish spool {self.root}: {e['path']} is missing; rebuild it with "
+                                 f"'dlperf publish {self.run_dir}' (without --resume)")
+            if p.stat().st_size != e["size"] or sha256_file(p) != e["sha256"]:
+                raise StoreError(f"publish spool {self.root}: {e['path']} does not match the manifest "
+                                 f"(changed after spooling); rebuild with 'dlperf publish {self.run_dir}'")
+
+    def check_leaks(self, secrets: Secrets | None = None) -> None:
+        """Refuse if any spooled text object still contains a known secret or an IP address."""
+        secrets = secrets or self.secrets()
+        if not (secrets.terms() or secrets.check_ips):
+            return
+        for e in self.manifest["objects"]:
+            p = self.file(e["path"])
+            if e["path"].endswith(".tar.gz"):
+                with tarfile.open(p, "r:gz") as tar:
+                    for m in tar.getmembers():
+                        if m.isfile():
+                            _check_stream(tar.extractfile(m), secrets, f"{e['path']}:{m.name}")
+                        leaks = find_leaks(m.name, secrets)
+                        if leaks:
+                            raise StoreError(f"refusing to publish {e['path']}: member name {m.name!r} "
+                                             f"contains {', '.join(leaks)}")
+                continue
+            leaks = find_leaks(e["path"], secrets)
+            if leaks:
+                raise StoreError(f"refusing to publish: object path {e['path']!r} contains {', '.join(leaks)}")
+            if p.suffix.lower() in _BINARY_SUFFIXES:
+                continue
+            with open(p, "rb") as f:
+                _check_stream(f, secrets, e["path"])
+
+    # ---- load / build ----------------------------------------------------------------
+    @classmethod
+    def load(cls, run_dir: str | os.PathLike) -> "Spool":
+        run_dir = Path(run_dir)
+        root = run_dir / SPOOL_DIR
+        mf = root / "objects" / L.MANIFEST
+        if not mf.is_file():
+            raise StoreError(f"no publish spool in {run_dir} (expected {mf}); run "
+                             f"'dlperf publish {run_dir}' first")
+        manifest = _read_json(mf, "publish spool")
+        for k in ("run_id", "suite", "date", "path", "objects"):
+            if k not in manifest:
+                raise StoreError(f"publish spool manifest {mf} has no {k!r}")
+        return cls(run_dir=run_dir, root=root, manifest=manifest)
+
+    @classmethod
+    def build(cls, run_dir: str | os.PathLike, redactor: Redactor, layout: L.Layout,
+              target: Mapping[str, Any] | None = None) -> "Spool":
+        """(Re)build the spool from the run dir. Needs ``result.json``; takes ``report.md``,
+        ``plots/**`` and ``logs/**`` when present."""
+        run_dir = Path(run_dir)
+        if not run_dir.is_dir():
+            raise StoreError(f"run directory {run_dir} does not exist")
+        result_path = run_dir / L.RESULT
+        result = _read_json(result_path, f"run directory {run_dir}")
+        run = result.get("run") if isinstance(result, dict) else None
+        if not isinstance(run, dict) or not run.get("run_id") or not run.get("suite"):
+            raise StoreError(f"{result_path}: 'run.run_id' and 'run.suite' are required to publish")
+        run_id = L.validate_run_id(str(run["run_id"]))
+        suite = L.validate_suite(str(run["suite"]))
+        date = L.date_of(run.get("started_at") or run.get("finished_at"))
+        run_path = layout.run_path(suite, date, run_id)
+
+        root = run_dir / SPOOL_DIR
+        objects = root / "objects"
+        if objects.exists():
+            shutil.rmtree(objects)
+        objects.mkdir(parents=True)
+        (root / "local-only").mkdir(exist_ok=True)
+        entries: list[dict] = []
+        skipped: list[dict] = []
+
+        # logs first (placeholder numbering follows the sorted log tree, then result, report)
+        logs_src = run_dir / L.LOGS_DIR
+        log_rels: list[str] = []
+        if logs_src.is_dir():
+            for p in sorted(logs_src.rglob("*")):
+                if not p.is_file() or p.is_symlink():
+                    continue
+                rel_src = p.relative_to(run_dir).as_posix()
+                if redactor.enabled and _is_binary(p):
+                    skipped.append({"path": redactor.redact_path(rel_src),
+                                    "reason": "binary file: cannot be redacted"})
+                    continue
+                rel = redactor.redact_path(rel_src)
+                L.validate_relpath(rel)
+                dest = objects / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with open(p, encoding="utf-8", errors="surrogateescape", newline="") as src, \
+                        open(dest, "w", encoding="utf-8", errors="surrogateescape", newline="") as dst:
+                    redactor.redact_stream(src, dst)
+                log_rels.append(rel)
+            if log_rels:
+                _make_tar(objects / L.LOGS_TAR, objects, log_rels)
+                entries.append(_entry(objects, L.LOGS_TAR))
+                entries.extend(_entry(objects, r) for r in log_rels)
+
+        text = result_path.read_text(encoding="utf-8")
+        red = redactor.redact_text(text)
+        try:
+            redacted_result = json.loads(red)
+        except ValueError as exc:  # pragma: no cover - placeholders never break JSON
+            raise StoreError(f"{result_path}: redaction produced invalid JSON ({exc})") from None
+        (objects / L.RESULT).write_text(red, encoding="utf-8")
+        entries.append(_entry(objects, L.RESULT))
+
+        report = run_dir / L.REPORT
+        if report.is_file():
+            (objects / L.REPORT).write_text(redactor.redact_text(report.read_text(encoding="utf-8")),
+                                            encoding="utf-8")
+            entries.append(_entry(objects, L.REPORT))
+
+        plots = run_dir / L.PLOTS_DIR
+        if plots.is_dir():
+            for p in sorted(plots.rglob("*")):
+                if p.is_file() and not p.is_symlink():
+                    rel = redactor.redact_path(p.relative_to(run_dir).as_posix())
+                    L.validate_relpath(rel)
+                    (objects / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(p, objects / rel)
+                    entries.append(_entry(objects, rel))
+
+        manifest = {
+            "schema_version": MANIFEST_SCHEMA_VERSION,
+            "run_id": run_id, "suite": suite, "date": date, "path": run_path,
+            "framework": run.get("framework"), "started_at": run.get("started_at"),
+            "finished_at": run.get("finished_at"),
+            "objects": sorted(entries, key=lambda e: L.Layout.upload_rank(e["path"])),
+            "skipped": skipped,
+            "redaction": {"kinds": sorted(redactor.kinds),
+                          "placeholders": {k: len(v) for k, v in redactor.mapping().items()}},
+            "total_bytes": sum(e["size"] for e in entries),
+        }
+        _write_json(objects / L.MANIFEST, manifest)
+        _write_json(root / "local-only" / "redaction-map.json", redactor.mapping())
+        s = redactor.secrets
+        _write_json(root / "local-only" / "secrets.json",
+                    {"hosts": list(s.hosts), "names": list(s.names), "users": list(s.users),
+                     "check_ips": s.check_ips})
+        spool = cls(run_dir=run_dir, root=root, manifest=manifest)
+        if target is not None:
+            spool.write_target(target)
+        spool.write_state(False, [])
+        # keep the redacted result handy for the index summary
+        spool.redacted_result = redacted_result  # type: ignore[attr-defined]
+        return spool
+
+    def result(self) -> dict:
+        return _read_json(self.file(L.RESULT), "publish spool")
+
+
+def _entry(objects: Path, rel: str) -> dict:
+    p = objects / rel
+    return {"path": rel, "size": p.stat().st_size, "sha256": sha256_file(p), "content_type": content_type(rel)}
+
+
+def _make_tar(dest: Path, base: Path, rels: list[str]) -> None:
+    """Deterministic .tar.gz: sorted members, mtime 0, uid/gid 0, no user names, gzip mtime 0."""
+    buf_path = dest.with_suffix(".tmp")
+    with open(buf_path, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz:
+            with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                for rel in sorted(rels):
+                    p = base / rel
+                    info = tarfile.TarInfo(rel)
+                    info.size = p.stat().st_size
+                    info.mtime = 0
+                    info.mode = 0o644
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = ""
+                    with open(p, "rb") as f:
+                        tar.addfile(info, f)
+    os.replace(buf_path, dest)
+
+
+def _check_stream(f, secrets: Secrets, where: str) -> None:
+    if f is None:
+        return
+    wrapper = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline="")
+    for n, line in enumerate(wrapper, 1):
+        leaks = find_leaks(line, secrets)
+        if leaks:
+            raise StoreError(f"refusing to publish {where} (line {n}): it still contains "
+                             f"{', '.join(leaks)} (redaction incomplete)")

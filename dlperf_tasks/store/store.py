@@ -1,0 +1,369 @@
+"""The :class:`Store`: one object store location (backend + prefix) with the publish and
+read API. See :mod:`dlperf_tasks.store` for the overview."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.parse
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Mapping
+
+from dlperf_tasks.errors import StoreError
+from dlperf_tasks.store import layout as L
+from dlperf_tasks.store.backends import (Backend, LocalBackend, NotFound, S3Backend, s3_settings, sha256_bytes,
+                                         sha256_file, settings_from_connection)
+from dlperf_tasks.store.index import parse_index, read_index
+from dlperf_tasks.store.publish import PublishResult, RetryPolicy, publish_run
+from dlperf_tasks.store.redact import Redactor
+
+DEFAULT_REDACTION = ("ips", "hostnames", "users")
+_S3_QUERY_KEYS = {"endpoint", "endpoint_url", "region", "addressing_style", "conditional_writes",
+                  "connect_timeout", "read_timeout", "max_attempts"}
+
+
+def default_store_url() -> str:
+    """``$DLPERF_STORE_URL``, else ``file://~/.local/share/dlperf/store``."""
+    env = os.environ.get("DLPERF_STORE_URL")
+    if env:
+        return env
+    return "file://" + str(Path("~/.local/share/dlperf/store").expanduser())
+
+
+class Store:
+    """A store location. Build with :meth:`from_url`, :meth:`from_settings` or :meth:`default`."""
+
+    def __init__(self, backend: Backend, prefix: str = "", *, redaction: Iterable[str] | str | None = None,
+                 inventory: Any = None, retry: RetryPolicy | None = None, url: str | None = None):
+        self.backend = backend
+        self.layout = L.Layout(prefix)
+        self.prefix = self.layout.prefix
+        if redaction is None:
+            redaction = DEFAULT_REDACTION
+        if isinstance(redaction, str):
+            redaction = [k.strip() for k in redaction.split(",") if k.strip() and k.strip() != "none"]
+        self.redaction = tuple(redaction)
+        Redactor(kinds=self.redaction)  # validate kinds now
+        self.inventory = inventory
+        self.retry = retry or RetryPolicy()
+        self._url = url
+
+    def __repr__(self) -> str:
+        return f"Store({self.url()!r})"
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def default(cls, **kw) -> "Store":
+        return cls.from_url(default_store_url(), **kw)
+
+    @classmethod
+    def from_url(cls, url: str, **kw) -> "Store":
+        """``file:///abs/dir``, a plain directory path, or
+        ``s3://bucket[/prefix]?endpoint=http://host:port&region=r&addressing_style=path``.
+        Credentials are never accepted in a URL (environment or Airflow connection only)."""
+        if not url or not isinstance(url, str):
+            raise StoreError("store URL is empty")
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme in ("", "file"):
+            path = urllib.parse.unquote(parsed.path if parsed.scheme else url)
+            if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+                raise StoreError(f"store URL {url!r}: file URLs need three slashes (file:///abs/path)")
+            if not path:
+                raise StoreError(f"store URL {url!r} has no path")
+            return cls(LocalBackend(path), "", url=f"file://{Path(path).expanduser().resolve()}", **kw)
+        if parsed.scheme != "s3":
+            raise StoreError(f"store URL {url!r}: unsupported scheme {parsed.scheme!r} (use s3:// or file://)")
+        if "@" in parsed.netloc or parsed.password:
+            raise StoreError("store URL must not contain credentials; set DLPERF_S3_ACCESS_KEY_ID/"
+                             "DLPERF_S3_SECRET_ACCESS_KEY or use an Airflow connection")
+        query = dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
+        unknown = set(query) - _S3_QUERY_KEYS
+        if unknown & {"access_key", "secret_key", "access_key_id", "secret_access_key", "password", "token"}:
+            raise StoreError("store URL must not contain credentials; set DLPERF_S3_ACCESS_KEY_ID/"
+                             "DLPERF_S3_SECRET_ACCESS_KEY or use an Airflow connection")
+        if unknown:
+            raise StoreError(f"store URL {url!r}: unknown parameter(s) {sorted(unknown)}; "
+                             f"known: {sorted(_S3_QUERY_KEYS)}")
+        cfg: dict[str, Any] = {"bucket": parsed.netloc, "prefix": parsed.path.strip("/")}
+        for k, v in query.items():
+            cfg["endpoint_url" if k == "endpoint" else k] = v
+        return cls.from_settings({"type": "s3", **cfg}, **kw)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any] | str | None = None, **overrides) -> "Store":
+        """Build from a URL string or a settings dict:
+
+        ``{"type": "s3"|"local", "url": ..., "path": ..., "bucket", "prefix", "endpoint_url",
+        "region", "addressing_style", "conditional_writes", "access_key_id",
+        "secret_access_key", "connection": <Airflow AWS connection as a dict>, "redaction":
+        "ips,hostnames,users", "inventory": <Cluster | path | dict>, "retries": 4,
+        "retry_base_s": 0.5, "retry_max_s": 8}``. ``None`` = :func:`default_store_url`.
+        Keyword ``overrides`` win over the dict (e.g. ``redaction=``, ``inventory=``)."""
+        if settings is None:
+            settings = default_store_url()
+        if isinstance(settings, str):
+            cfg: dict[str, Any] = {"url": settings}
+        elif isinstance(settings, Mapping):
+            cfg = dict(settings)
+        else:
+            raise StoreError(f"store settings must be a URL or a mapping, got {type(settings).__name__}")
+        cfg.update({k: v for k, v in overrides.items() if v is not None})
+        common = {"redaction": cfg.pop("redaction", None), "inventory": cfg.pop("inventory", None),
+                  "retry": _retry_from(cfg)}
+        if isinstance(cfg.get("retry"), RetryPolicy):
+            common["retry"] = cfg.pop("retry")
+        url = cfg.pop("url", None)
+        conn = cfg.pop("connection", None)
+        if url:
+            extra = {k: v for k, v in cfg.items() if k not in ("type",)}
+            if conn is None and not extra:
+                return cls.from_url(url, **common)
+            store = cls.from_url(url)
+            if isinstance(store.backend, S3Backend):
+                merged = {**vars(store.backend.settings), "prefix": store.prefix, "type": "s3"}
+                merged.update(extra)
+                if conn is not None:
+                    merged["connection"] = conn
+                return cls.from_settings(merged, **{k: v for k, v in common.items()})
+            return cls(store.backend, extra.get("prefix", ""), url=store._url, **common)
+        kind = str(cfg.pop("type", "") or ("s3" if cfg.get("bucket") or conn else "local"))
+        prefix = str(cfg.pop("prefix", "") or "")
+        if kind == "local":
+            path = cfg.get("path") or cfg.get("root")
+            if not path:
+                raise StoreError("local store settings need 'path'")
+            return cls(LocalBackend(path), prefix, url=f"file://{Path(path).expanduser().resolve()}", **common)
+        if kind != "s3":
+            raise StoreError(f"store type {kind!r} unknown (use 's3' or 'local')")
+        if conn is not None:
+            from_conn = settings_from_connection(conn)
+            prefix = prefix or str(from_conn.pop("prefix", "") or "")
+            from_conn.pop("prefix", None)
+            cfg = {**from_conn, **{k: v for k, v in cfg.items() if v not in (None, "")}}
+        s3 = s3_settings(cfg)
+        url = _s3_url(s3, prefix)
+        return cls(S3Backend(s3), prefix, url=url, **common)
+
+    @classmethod
+    def from_airflow_connection(cls, conn: Mapping[str, Any], bucket: str | None = None, prefix: str = "",
+                                **kw) -> "Store":
+        """An Airflow AWS connection (as a dict: login, password, extra{endpoint_url,
+        region_name, addressing_style, bucket?}) -> Store. No Airflow import here."""
+        cfg: dict[str, Any] = {"type": "s3", "connection": dict(conn), "prefix": prefix}
+        if bucket:
+            cfg["bucket"] = bucket
+        return cls.from_settings(cfg, **kw)
+
+    # ------------------------------------------------------------------ identity
+    def url(self, key: str = "") -> str:
+        """Where this store (or a key relative to its prefix) lives; never contains credentials."""
+        if key:
+            return self.backend.url(self.key(key))
+        return self._url or self.backend.url(self.prefix)
+
+    def key(self, rel: str) -> str:
+        """Full backend key of ``rel`` (a key relative to the prefix)."""
+        return "/".join(p for p in (self.prefix, rel) if p)
+
+    def redactor(self, inventory: Any = None) -> Redactor:
+        inv = inventory if inventory is not None else self.inventory
+        return Redactor.from_inventory(inv, kinds=self.redaction)
+
+    # ------------------------------------------------------------------ publish
+    def publish(self, run_dir: str | os.PathLike, *, inventory: Any = None, resume: bool = False,
+                retry: RetryPolicy | None = None,
+                on_uploaded: Callable[[str, int], None] | None = None) -> PublishResult:
+        """Publish a run directory (see :mod:`dlperf_tasks.store.publish`). Returns a
+        :class:`PublishResult` (``str(result)`` = the run's URL)."""
+        redactor = None if resume else self.redactor(inventory)
+        return publish_run(self, run_dir, redactor=redactor, resume=resume, policy=retry or self.retry,
+                           on_uploaded=on_uploaded)
+
+    # ------------------------------------------------------------------ read API
+    def suites(self) -> list[str]:
+        """Suites that have an index (one small listing of ``<prefix>/index/``)."""
+        out = []
+        for k in self.backend.list_keys(self.layout.index_prefix(), delimiter="/"):
+            s = self.layout.suite_of_index_key(k)
+            if s:
+                out.append(s)
+        return sorted(out)
+
+    def read_index(self, suite: str) -> dict:
+        """The raw index document of a suite (``{"schema_version", "suite", "runs": [...]}``)."""
+        doc, _ = read_index(self.backend, self.layout.index_key(suite), suite)
+        return doc
+
+    def list_runs(self, suite: str | None = None, since: Any = None, status: str | Iterable[str] | None = None,
+                  limit: int | None = None) -> list[dict]:
+        """Run summaries from the index (no listing of runs), oldest first.
+
+        ``since``: a date/datetime/ISO string; keeps runs started on or after it.
+        ``status``: ``"ok"`` or a list (``ok``/``partial``/``failed``). ``limit``: the last N."""
+        suites = [suite] if suite else self.suites()
+        since_s = _iso(since)
+        statuses = {status} if isinstance(status, str) else (set(status) if status else None)
+        runs: list[dict] = []
+        for s in suites:
+            for r in self.read_index(s)["runs"]:
+                when = str(r.get("started_at") or r.get("date") or "")
+                if since_s and _cmp_key(when) < _cmp_key(since_s):
+                    continue
+                if statuses and r.get("status") not in statuses:
+                    continue
+                runs.append(r)
+        runs.sort(key=lambda r: (str(r.get("started_at") or r.get("date") or ""), str(r.get("run_id"))))
+        if limit is not None:
+            runs = runs[-int(limit):] if limit > 0 else []
+        return runs
+
+    def locate(self, run_id: str, suite: str | None = None) -> dict:
+        """``{run_id, suite, date, path}`` of a run (one read of its pointer object)."""
+        L.validate_run_id(run_id)
+        try:
+            data, _ = self.backend.get_bytes(self.layout.pointer_key(run_id))
+            ptr = json.loads(data)
+            if suite is None or ptr.get("suite") == suite:
+                return ptr
+        except NotFound:
+            pass
+        except ValueError:
+            raise StoreError(f"{self.backend.describe(self.layout.pointer_key(run_id))}: not valid JSON") from None
+        for s in ([suite] if suite else self.suites()):  # fallback: the indexes
+            for r in self.read_index(s)["runs"]:
+                if r.get("run_id") == run_id:
+                    return {"run_id": run_id, "suite": r["suite"], "date": r["date"], "path": r["path"]}
+        raise StoreError(f"run {run_id!r} not found in {self.url()}" + (f" (suite {suite})" if suite else ""))
+
+    def run_key(self, run_id: str, rel: str, suite: str | None = None) -> str:
+        loc = self.locate(run_id, suite)
+        return self.layout.key_for_path(loc["path"], rel)
+
+    def read_manifest(self, run_id: str, suite: str | None = None) -> dict:
+        """The run's manifest; StoreError if the run is incomplete (no manifest)."""
+        key = self.run_key(run_id, L.MANIFEST, suite)
+        try:
+            data, _ = self.backend.get_bytes(key)
+        except NotFound:
+            raise StoreError(f"run {run_id} is incomplete: {self.backend.describe(key)} does not exist") from None
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise StoreError(f"{self.backend.describe(key)}: manifest is not valid JSON ({exc})") from None
+
+    def read_object(self, run_id: str, rel: str, suite: str | None = None, verify: bool = True) -> bytes:
+        """Bytes of ``rel`` in a run, checked against the manifest's sha256 and size."""
+        key = self.run_key(run_id, rel, suite)
+        data, _ = self.backend.get_bytes(key)
+        if verify:
+            entry = _manifest_entry(self.read_manifest(run_id, suite), rel, self.backend.describe(key))
+            _verify(self.backend.describe(key), entry, len(data), sha256_bytes(data))
+        return data
+
+    def read_result(self, run_id: str, suite: str | None = None) -> dict:
+        """The published (redacted) result JSON of a run, checksum-verified."""
+        data = self.read_object(run_id, L.RESULT, suite)
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise StoreError(f"run {run_id}: result.json is not valid JSON ({exc})") from None
+
+    def read_report(self, run_id: str, suite: str | None = None) -> str:
+        return self.read_object(run_id, L.REPORT, suite).decode("utf-8")
+
+    def get_run(self, run_id: str, to_dir: str | os.PathLike, suite: str | None = None) -> Path:
+        """Download every object of the manifest into ``to_dir`` (plus manifest.json),
+        verifying size and sha256 of each; returns ``to_dir``. A mismatch raises StoreError
+        naming the key and both checksums (the bad file is not left behind)."""
+        manifest = self.read_manifest(run_id, suite)
+        loc = self.locate(run_id, suite)
+        dest = Path(to_dir)
+        dest.mkdir(parents=True, exist_ok=True)
+        for e in manifest.get("objects", []):
+            rel = L.validate_relpath(e["path"])
+            key = self.layout.key_for_path(loc["path"], rel)
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(target.name + ".part")
+            with self.backend.open(key) as src, open(tmp, "wb") as out:
+                while True:
+                    block = src.read(1 << 20)
+                    if not block:
+                        break
+                    out.write(block)
+            try:
+                _verify(self.backend.describe(key), e, tmp.stat().st_size, sha256_file(tmp))
+            except StoreError:
+                tmp.unlink()
+                raise
+            os.replace(tmp, target)
+        (dest / L.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        return dest
+
+    def open_object(self, key: str) -> IO[bytes]:
+        """A binary file object for ``key`` relative to the store prefix (e.g. an index
+        ``path`` + ``/report.md``). No checksum check: use :meth:`read_object` for that."""
+        if not key or key.startswith("/") or ".." in key.split("/"):
+            raise StoreError(f"invalid key {key!r}")
+        return self.backend.open(self.key(key))
+
+    def is_complete(self, run_id: str, suite: str | None = None) -> bool:
+        try:
+            key = self.run_key(run_id, L.MANIFEST, suite)
+        except StoreError:
+            return False
+        return self.backend.head(key, with_checksum=False) is not None
+
+
+# ---------------------------------------------------------------------------- helpers
+def _manifest_entry(manifest: Mapping[str, Any], rel: str, where: str) -> dict:
+    for e in manifest.get("objects", []):
+        if e.get("path") == rel:
+            return e
+    raise StoreError(f"{where}: not listed in the run's manifest")
+
+
+def _verify(where: str, entry: Mapping[str, Any], size: int, digest: str) -> None:
+    if digest != entry.get("sha256") or size != entry.get("size"):
+        raise StoreError(f"{where}: checksum mismatch: manifest says sha256 {entry.get('sha256')} "
+                         f"({entry.get('size')} bytes), store has sha256 {digest} ({size} bytes)")
+
+
+def _retry_from(cfg: dict) -> RetryPolicy | None:
+    keys = {"retries": "attempts", "retry_base_s": "base_delay", "retry_max_s": "max_delay"}
+    kw = {}
+    for k, field_name in keys.items():
+        if k in cfg:
+            v = cfg.pop(k)
+            try:
+                kw[field_name] = int(v) if field_name == "attempts" else float(v)
+            except (TypeError, ValueError):
+                raise StoreError(f"store setting {k}: expected a number, got {v!r}") from None
+    return RetryPolicy(**kw) if kw else None
+
+
+def _iso(v: Any) -> str | None:
+    if v is None or v == "":
+        return None
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return str(v)
+
+
+def _cmp_key(ts: str) -> str:
+    """Comparable form of dates/ISO timestamps (dates compare as their midnight)."""
+    return ts.replace(" ", "T")
+
+
+def _s3_url(s3, prefix: str) -> str:
+    q = {}
+    if s3.endpoint_url:
+        q["endpoint"] = s3.endpoint_url
+    if s3.region:
+        q["region"] = s3.region
+    if s3.addressing_style != "auto":
+        q["addressing_style"] = s3.addressing_style
+    if not s3.conditional_writes:
+        q["conditional_writes"] = "false"
+    base = f"s3://{s3.bucket}" + (f"/{prefix}" if prefix else "")
+    return base + (("?" + urllib.parse.urlencode(q)) if q else "")

@@ -1,0 +1,108 @@
+"""Container runtime command builders: the seeds' docker run flags, labels, conditional
+--gpus/--device, and hostile values arriving literally on a real sshd (an argv printer stands
+in for the docker binary here; the real docker is exercised in tests/integration)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import pytest
+
+from dlperf_tasks.catalog.model import ContainerSpec
+from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.frameworks.base import LaunchSpec
+from dlperf_tasks.model import Cell, Trial
+from dlperf_tasks.remote import runtime as rt
+from dlperf_tasks.remote.inventory import Cluster, Node, Registry
+from dlperf_tasks.remote.ssh import SSHPool
+from dlperf_tasks.topology import Topology
+from tests.unit._remote_sshd import make_nodes, stop_nodes
+
+HOSTILE = ["a b", "$(touch /tmp/dlperf_pwned_rt)", "`id`", "x;y", "it's", 'q"', "*", "$HOME", "new\nline"]
+TRIAL = Trial(Cell("s", "pytorch_bert", "bert", "fp32", 32, Topology.parse("2n8g")), 1)
+SPEC = ContainerSpec(image="nvcr.io/nvidia/pytorch:20.06-py3", mounts=("${data_dir}:/datasets:ro",),
+                     devices=("/dev/infiniband",), cap_add=("IPC_LOCK",))
+NODE = Node("node1", "10.0.0.1", data_dir="/data/x", workdir="/w")
+
+
+def argv_of(facts, spec=SPEC, **kw):
+    return rt.docker_run_argv(spec, spec.image, "n", {"dlperf.run": "r"}, node=NODE, facts=facts,
+                              env={"A": "1"}, workdir="/ws", command=["python3", "x.py"], **kw)
+
+
+def test_seed_flags_and_conditional_gpu_ib():
+    bare = argv_of(rt.NodeFacts("node1"))
+    assert bare[:4] == ["docker", "run", "--rm", "--name"]
+    for flag in ("--shm-size=16g", "--net=host", "--ipc=host", "--cap-add=IPC_LOCK"):
+        assert flag in bare
+    assert bare[bare.index("--ulimit") + 1] == "memlock=-1"
+    assert "--gpus" not in bare and "--device=/dev/infiniband" not in bare and "--privileged" not in bare
+    assert "/data/x:/datasets:ro" in bare and bare[-3:] == [SPEC.image, "python3", "x.py"]
+    full = argv_of(rt.NodeFacts("node1", nvidia_runtime=True, infiniband=True))
+    assert full[full.index("--gpus") + 1] == "all" and "--device=/dev/infiniband" in full
+    priv = argv_of(rt.NodeFacts("node1"), spec=ContainerSpec(image="i", privileged=True))
+    assert "--privileged" in priv
+
+
+def test_unknown_mount_placeholder_is_named():
+    with pytest.raises(RemoteError, match=r"unknown placeholder \$\{dataset\}"):
+        argv_of(rt.NodeFacts("node1"), spec=ContainerSpec(image="i", mounts=("${dataset}:/d",)))
+
+
+def test_labels_and_names():
+    d = rt.DockerRuntime(SPEC)
+    cmd = d.node_command(LaunchSpec(["python3", "run.py"], {"K": "v"}, "/ws"), trial=TRIAL, run_id="run 1/x",
+                         node=NODE, node_rank=0, facts=rt.NodeFacts("node1"), log_dir="/w/runs/r/t")
+    argv = shlex.split(cmd.split(" && exec ", 1)[1])
+    labels = [argv[i + 1] for i, a in enumerate(argv) if a == "--label"]
+    assert labels == ["dlperf.run=run 1/x", f"dlperf.trial={TRIAL.key}", "dlperf.node=node1"]
+    name = argv[argv.index("--name") + 1]
+    assert name.startswith("dlperf-run-1-x-") and "node1" in name and " " not in name
+    assert f"DLPERF_TRIAL={TRIAL.key}" in argv and "K=v" in argv
+    assert rt.remove_containers_command("r", TRIAL.key, "node1").count("label=") == 3
+
+
+def test_login_password_never_on_command_line():
+    reg = Registry("127.0.0.1:5000", "$oauthtoken", password_env="X")
+    cmd = rt.login_command(reg)
+    assert shlex.split(cmd) == ["docker", "login", "--username", "$oauthtoken", "--password-stdin", "127.0.0.1:5000"]
+
+
+def test_parse_digest():
+    out = '["127.0.0.1:5000/nvidia/pytorch@sha256:abc"] sha256:ffff'
+    assert rt.parse_digest(out, "127.0.0.1:5000/nvidia/pytorch:20.06-py3") == "127.0.0.1:5000/nvidia/pytorch@sha256:abc"
+    assert rt.parse_digest("[] sha256:ffff", "local:1") == "sha256:ffff"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    nodes, path = make_nodes(tmp_path_factory.mktemp("sshd"), 1, base_octet=91)
+    yield nodes[0], Cluster.from_yaml(path)
+    stop_nodes(nodes)
+
+
+def test_hostile_values_arrive_literally_over_ssh(node, tmp_path):
+    """Every argv element and env value of a LaunchSpec reaches the (stand-in) docker binary as is."""
+    lnode, cluster = node
+    printer = tmp_path / "argv.py"
+    printer.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    printer.chmod(0o755)
+    d = rt.DockerRuntime(ContainerSpec(image="img:1", mounts=("${workdir}/in:/in",)))
+    spec = LaunchSpec(["python3", "-c", "x"] + HOSTILE, {"E1": HOSTILE[1], "E2": HOSTILE[-1]}, workdir="/ws dir")
+    cmd = d.node_command(spec, trial=TRIAL, run_id="r$(id)", node=cluster.node("node1"), node_rank=0,
+                         facts=rt.NodeFacts("node1"), log_dir=str(lnode.workdir / "logs x"))
+    cmd = cmd.replace(" && exec docker ", f" && exec {printer} ", 1)
+    with SSHPool(cluster) as pool:
+        res = pool.run("node1", cmd, check=True)
+    got = json.loads(res.stdout)
+    assert got[-len(HOSTILE):] == HOSTILE
+    assert f"E1={HOSTILE[1]}" in got and f"E2={HOSTILE[-1]}" in got
+    assert got[got.index("-w") + 1] == "/ws dir"
+    assert "dlperf.run=r$(id)" in got
+    assert f"{lnode.workdir}/in:/in" in got
+    assert (lnode.workdir / "logs x").is_dir()
+    import os
+
+    assert not os.path.exists("/tmp/dlperf_pwned_rt")
