@@ -57,6 +57,8 @@ class NodeFacts:
     infiniband: bool = False
     image_digest: str | None = None
     pulled: bool = False
+    #: suite ulimits the node's container runtime refuses (e.g. memlock in an unprivileged sandbox)
+    dropped_ulimits: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -138,7 +140,8 @@ def docker_run_argv(spec: ContainerSpec, image: str, name: str, labels: Mapping[
     if spec.shm_size:
         argv.append(f"--shm-size={spec.shm_size}")
     for u in spec.ulimits:
-        argv += ["--ulimit", u]
+        if u not in facts.dropped_ulimits:
+            argv += ["--ulimit", u]
     if spec.net_host:
         argv.append("--net=host")
     if spec.ipc_host:
@@ -236,6 +239,16 @@ class DockerRuntime(HostRuntime):
             res = pool.run(node, image_inspect_command(self.image), timeout=60, check=True)
         facts.image_digest = parse_digest(res.stdout, self.image)
 
+    def probe_ulimits(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:
+        """Start a throwaway container per suite ulimit; a limit the runtime refuses ("error setting
+        rlimit ... operation not permitted") is dropped for this node and noted (env capture, warnings)."""
+        for u in self.spec.ulimits:
+            cmd = shlex.join(["docker", "run", "--rm", "--ulimit", u, "--entrypoint", "true", self.image])
+            res = pool.run(node, cmd, timeout=120)
+            if res.rc != 0 and "rlimit" in res.stderr:
+                facts.dropped_ulimits.append(u)
+                facts.notes.append(f"--ulimit {u} refused by the container runtime on {node}; running without it")
+
     def prepare(self, pool: SSHPool, nodes: list[str]) -> dict[str, NodeFacts]:
         """Probe, log in and pull on all nodes in parallel; raises the first node's error."""
 
@@ -245,6 +258,7 @@ class DockerRuntime(HostRuntime):
                 raise RemoteError(f"node {n}: docker is not usable (not installed or daemon not running)", node=n)
             self.login(pool, n)
             self.pull(pool, n, facts)
+            self.probe_ulimits(pool, n, facts)
             return facts
 
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as ex:
@@ -277,7 +291,8 @@ class DockerRuntime(HostRuntime):
         argv = docker_run_argv(self.spec, self.image, self.container_name(run_id, trial, node.name, attempt),
                                self.labels(run_id, trial, node.name), node=node, facts=facts, env=env,
                                workdir=spec.workdir, command=spec.argv, log_dir=log_dir, extra_mounts=mounts)
-        return f"mkdir -p {shlex.quote(log_dir)} && exec " + shlex.join(argv)
+        # no ``exec``: the job wrapper must survive docker to record its exit code
+        return f"mkdir -p {shlex.quote(log_dir)} && " + shlex.join(argv)
 
     def mpi_key_files(self) -> dict[str, bytes]:
         """Files for ``/root/.ssh`` inside the MPI containers: a fresh per-run key pair."""

@@ -189,6 +189,7 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
         _parallel([lambda r=r: start(r) for r in commands])
         t0 = time.monotonic()
         last_progress = t0
+        last_alive_check = t0
         best_iter = 0
         report("running")
         # ---- watch ---------------------------------------------------------------------
@@ -221,6 +222,15 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
                     best_iter, last_progress = it, now
                     prog.iteration = it
                     report("running")
+            if now - last_alive_check > 5.0:  # a job that died without writing its exit code
+                last_alive_check = now
+                for nr in runs:
+                    if nr.job is not None and nr.exit_code is None and not nr.unreachable:
+                        try:
+                            if not jobs.is_alive(pool, nr.job) and jobs.exit_code(pool, nr.job) is None:
+                                nr.exit_code = VANISHED
+                        except RemoteError as exc:
+                            node_error(nr, exc, now)
             lost = [nr for nr in runs if nr.unreachable]
             failed = [nr for nr in runs if nr.exit_code not in (None, 0)]
             active = [nr for nr in runs if nr.job is not None]
@@ -231,7 +241,7 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
                 break  # finished (exit codes judged by the gate)
             elif failed:
                 status = TrialStatus.NONZERO_EXIT
-                reason = "; ".join(f"node {nr.name} exited with code {nr.exit_code}" for nr in failed)
+                reason = "; ".join(_exit_text(nr) for nr in failed)
             elif now - t0 > timeout_s:
                 status = TrialStatus.TIMEOUT
                 reason = f"trial ran longer than {timeout_s:.0f} s (wall clock); killed"
@@ -260,10 +270,18 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
             _cleanup(pool, runtime, runs, run_id, trial, kill_grace_s, notes)
             _collect(pool, fw, trial, runs, out, notes)
     finished = time.time()
-    exit_codes = {nr.name: nr.exit_code for nr in runs if nr.job is not None or nr.rank in commands}
+    launch_failed = [nr for nr in runs if nr.exit_code in LAUNCH_EXIT_CODES or nr.exit_code == VANISHED]
+    if launch_failed and status in (None, TrialStatus.NONZERO_EXIT) and best_iter_seen(fw, runs, metric_ranks) == 0:
+        status = TrialStatus.LAUNCH_FAILED
+        reason = "; ".join(_exit_text(nr) for nr in launch_failed)
+        tail = bytes(launch_failed[0].data[-400:]).decode(errors="replace").strip()
+        if tail:
+            reason += f": {tail}"
+    exit_codes = {nr.name: (None if nr.exit_code == VANISHED else nr.exit_code)
+                  for nr in runs if nr.job is not None or nr.rank in commands}
     from dlperf_tasks.extract import gate_run_logs
 
-    if status == TrialStatus.NONZERO_EXIT:
+    if status == TrialStatus.NONZERO_EXIT and not any(nr.exit_code == VANISHED for nr in runs):
         runtime_status, runtime_reason = None, ""  # the gate names the non-zero exit codes itself
     else:
         runtime_status, runtime_reason = status, reason
@@ -282,6 +300,24 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
 
 class _LaunchError(DlperfError):
     pass
+
+
+#: exit codes of ``docker run`` / the shell meaning "could not start" (daemon error, not executable, not found)
+LAUNCH_EXIT_CODES = (125, 126, 127)
+#: marker for a job whose process group vanished without writing an exit code
+VANISHED = -999
+
+
+def _exit_text(nr: "_NodeRun") -> str:
+    if nr.exit_code == VANISHED:
+        return f"node {nr.name}: the job's processes vanished without an exit code"
+    if nr.exit_code in LAUNCH_EXIT_CODES:
+        return f"node {nr.name} could not start the trial (exit {nr.exit_code})"
+    return f"node {nr.name} exited with code {nr.exit_code}"
+
+
+def best_iter_seen(fw, runs: list["_NodeRun"], metric_ranks: list[int]) -> int:
+    return _max_iteration(fw, [runs[r].data for r in metric_ranks if r < len(runs)])
 
 
 def _q(s: str) -> str:

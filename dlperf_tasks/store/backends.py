@@ -522,7 +522,11 @@ def settings_from_connection(conn: Mapping[str, Any]) -> dict[str, Any]:
 def s3_settings(cfg: Mapping[str, Any]) -> S3Settings:
     known = {"bucket", "endpoint_url", "region", "addressing_style", "access_key_id", "secret_access_key",
              "session_token", "conditional_writes", "connect_timeout", "read_timeout", "max_attempts"}
+    unknown = set(cfg) - known - {"type"}
+    if unknown:
+        raise StoreError(f"S3 store settings: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
     kw = {k: v for k, v in cfg.items() if k in known and v not in (None, "")}
+    kw.setdefault("bucket", "")
     if "conditional_writes" in kw:
         kw["conditional_writes"] = _as_bool(kw["conditional_writes"], "conditional_writes")
     for k in ("connect_timeout", "read_timeout"):

@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -46,6 +47,15 @@ def _is_ipv6(token: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def _terms_re(terms: Iterable[str], ignore_case: bool) -> re.Pattern | None:
+    """One whole-word alternation (longest first) for many terms; None when there are none."""
+    terms = sorted(set(terms), key=lambda t: (-len(t), t))
+    if not terms:
+        return None
+    alt = "|".join(re.escape(t) for t in terms)
+    return re.compile(rf"(?<![\w-])(?:{alt})(?![\w-])", re.IGNORECASE if ignore_case else 0)
 
 
 def _term_re(term: str, ignore_case: bool) -> re.Pattern:
@@ -159,7 +169,11 @@ class Redactor:
         terms = [t for t in terms if wanted[t[0]] in self.kinds]
         order = list(terms)
         terms.sort(key=lambda t: -len(t[1]))
-        self._terms = [(kind, term, _term_re(term, kind != "user")) for kind, term in terms]
+        self._ci_kind = {t.lower(): k for k, t in reversed(terms) if k != "user"}
+        self._cs_kind = {t: k for k, t in reversed(terms) if k == "user"}
+        self._ci_re = _terms_re([t for k, t in terms if k != "user"], ignore_case=True)
+        self._cs_re = _terms_re([t for k, t in terms if k == "user"], ignore_case=False)
+        self._ip_cache: dict[str, str] = {}
         # number the inventory first (in inventory order): the same cluster gets the same
         # placeholders in every run, so published runs stay comparable node by node
         if "ips" in self.kinds:
@@ -191,12 +205,22 @@ class Redactor:
     def redact_text(self, text: str) -> str:
         if not self.kinds:
             return text
-        for kind, _term, rx in self._terms:
-            text = rx.sub(lambda m, k=kind: self._placeholder(k, m.group(0)), text)
+        if self._ci_re is not None:
+            text = self._ci_re.sub(lambda m: self._placeholder(self._ci_kind[m.group(0).lower()], m.group(0)), text)
+        if self._cs_re is not None:
+            text = self._cs_re.sub(lambda m: self._placeholder(self._cs_kind[m.group(0)], m.group(0)), text)
         if "ips" in self.kinds:
-            text = _IPV6_CAND_RE.sub(self._sub_ipv6, text)
-            text = IPV4_RE.sub(lambda m: self._placeholder("ip", _canon_ip(m.group(0))), text)
+            if ":" in text:
+                text = _IPV6_CAND_RE.sub(self._sub_ipv6, text)
+            text = IPV4_RE.sub(self._sub_ipv4, text)
         return text
+
+    def _sub_ipv4(self, m: re.Match) -> str:
+        raw = m.group(0)
+        ph = self._ip_cache.get(raw)
+        if ph is None:
+            ph = self._ip_cache[raw] = self._placeholder("ip", _canon_ip(raw))
+        return ph
 
     def _sub_ipv6(self, m: re.Match) -> str:
         token = m.group(1)
@@ -207,10 +231,14 @@ class Redactor:
         ph = self._placeholder("ip", canon)
         return m.group(0).replace(token, ph)
 
-    def redact_stream(self, src: IO[str], dst: IO[str]) -> None:
-        """Line by line (memory stays small for multi-GB logs)."""
-        for line in src:
-            dst.write(self.redact_text(line))
+    def redact_stream(self, src: IO[str], dst: IO[str], block: int = 1 << 20) -> None:
+        """Streaming: blocks of whole lines (~1 MiB), so memory stays small for multi-GB logs
+        (nothing redactable spans a line break)."""
+        while True:
+            lines = src.readlines(block)
+            if not lines:
+                break
+            dst.write(self.redact_text("".join(lines)))
 
     def redact_path(self, rel: str) -> str:
         """Redact each component of a relative path (a log named after a host must not leak it).
@@ -224,6 +252,7 @@ class Redactor:
         return "/".join(out)
 
 
+@functools.lru_cache(maxsize=4096)
 def _canon_ip(s: str) -> str:
     addr = ipaddress.ip_address(s.split("%", 1)[0])
     return str(addr)
@@ -237,25 +266,47 @@ def _is_ip(s: str) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=32)
+def _leak_res(secrets: "Secrets") -> tuple[re.Pattern | None, re.Pattern | None, dict[str, str]]:
+    kinds: dict[str, str] = {}
+    ci, cs = [], []
+    for kind, term in secrets.terms():
+        if kind == "user":
+            if term in GENERIC_USERS:
+                continue
+            cs.append(term)
+            kinds.setdefault(term, kind)
+        else:
+            ci.append(term)
+            kinds.setdefault(term.lower(), kind)
+    return _terms_re(ci, True), _terms_re(cs, False), kinds
+
+
 def find_leaks(text: str, secrets: Secrets | Iterable[str]) -> list[str]:
     """Secrets still present in ``text``: known hosts/names/users (whole-word) and, when
     ``secrets.check_ips``, any IPv4/IPv6 address. A plain list of strings is treated as hosts."""
     if not isinstance(secrets, Secrets):
         secrets = Secrets(hosts=_uniq(secrets))
     found: list[str] = []
-    for kind, term in secrets.terms():
-        if kind == "user" and term in GENERIC_USERS:
+    ci, cs, kinds = _leak_res(secrets)
+    seen: set[str] = set()
+    for rx, fold in ((ci, True), (cs, False)):
+        if rx is None:
             continue
-        if _term_re(term, kind != "user").search(text):
-            found.append(f"{kind} {term!r}")
+        for m in rx.finditer(text):
+            term = m.group(0).lower() if fold else m.group(0)
+            if term not in seen:
+                seen.add(term)
+                found.append(f"{kinds.get(term, 'host')} {m.group(0)!r}")
     if secrets.check_ips:
         m = IPV4_RE.search(text)
         if m:
             found.append(f"IPv4 address {m.group(0)!r}")
-        for m in _IPV6_CAND_RE.finditer(text):
-            if _is_ipv6(m.group(1)):
-                found.append(f"IPv6 address {m.group(1)!r}")
-                break
+        if ":" in text:
+            for m in _IPV6_CAND_RE.finditer(text):
+                if _is_ipv6(m.group(1)):
+                    found.append(f"IPv6 address {m.group(1)!r}")
+                    break
     return found
 
 

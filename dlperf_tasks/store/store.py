@@ -13,7 +13,7 @@ from dlperf_tasks.errors import StoreError
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import (Backend, LocalBackend, NotFound, S3Backend, s3_settings, sha256_bytes,
                                          sha256_file, settings_from_connection)
-from dlperf_tasks.store.index import parse_index, read_index
+from dlperf_tasks.store.index import read_index
 from dlperf_tasks.store.publish import PublishResult, RetryPolicy, publish_run
 from dlperf_tasks.store.redact import Redactor
 
@@ -129,7 +129,10 @@ class Store:
         kind = str(cfg.pop("type", "") or ("s3" if cfg.get("bucket") or conn else "local"))
         prefix = str(cfg.pop("prefix", "") or "")
         if kind == "local":
-            path = cfg.get("path") or cfg.get("root")
+            path = cfg.pop("path", None) or cfg.pop("root", None)
+            if cfg:
+                raise StoreError(f"local store settings: unknown key(s) {sorted(cfg)}; known: path, prefix, "
+                                 f"redaction, inventory, retries, retry_base_s, retry_max_s")
             if not path:
                 raise StoreError("local store settings need 'path'")
             return cls(LocalBackend(path), prefix, url=f"file://{Path(path).expanduser().resolve()}", **common)

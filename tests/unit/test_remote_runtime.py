@@ -55,7 +55,7 @@ def test_labels_and_names():
     d = rt.DockerRuntime(SPEC)
     cmd = d.node_command(LaunchSpec(["python3", "run.py"], {"K": "v"}, "/ws"), trial=TRIAL, run_id="run 1/x",
                          node=NODE, node_rank=0, facts=rt.NodeFacts("node1"), log_dir="/w/runs/r/t")
-    argv = shlex.split(cmd.split(" && exec ", 1)[1])
+    argv = shlex.split(cmd.split(" && ", 1)[1])
     labels = [argv[i + 1] for i, a in enumerate(argv) if a == "--label"]
     assert labels == ["dlperf.run=run 1/x", f"dlperf.trial={TRIAL.key}", "dlperf.node=node1"]
     name = argv[argv.index("--name") + 1]
@@ -93,7 +93,7 @@ def test_hostile_values_arrive_literally_over_ssh(node, tmp_path):
     spec = LaunchSpec(["python3", "-c", "x"] + HOSTILE, {"E1": HOSTILE[1], "E2": HOSTILE[-1]}, workdir="/ws dir")
     cmd = d.node_command(spec, trial=TRIAL, run_id="r$(id)", node=cluster.node("node1"), node_rank=0,
                          facts=rt.NodeFacts("node1"), log_dir=str(lnode.workdir / "logs x"))
-    cmd = cmd.replace(" && exec docker ", f" && exec {printer} ", 1)
+    cmd = cmd.replace(" && docker ", f" && {printer} ", 1)
     with SSHPool(cluster) as pool:
         res = pool.run("node1", cmd, check=True)
     got = json.loads(res.stdout)

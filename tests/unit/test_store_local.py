@@ -4,7 +4,6 @@ real files; failures are injected by replacing the store directory with a plain 
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -279,3 +278,48 @@ def test_cli_publish_and_errors_without_traceback(tmp_path):
                           f"file://{tmp_path / 'st'}"], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert f"dlperf: error: run directory {tmp_path / 'nope'} does not exist" in bad.stderr
+
+
+def test_leak_inside_the_tarball_alone_is_refused(tmp_path):
+    """logs.tar.gz members that differ from the individually listed logs are scanned too."""
+    import io
+
+    run_dir = make_run_dir(tmp_path / "w", log_lines=5)
+    s = Store.from_url(f"file://{tmp_path / 's'}", inventory=SAMPLE_INVENTORY, retry=FAST)
+    s.publish(run_dir)
+    objects = run_dir / SPOOL_DIR / "objects"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"worker opsalice\n"
+        info = tarfile.TarInfo("logs/_node-1_/bert_b32_fp32_1.log")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    (objects / "logs.tar.gz").write_bytes(buf.getvalue())
+    m = json.loads((objects / "manifest.json").read_text())
+    for e in m["objects"]:
+        if e["path"] == "logs.tar.gz":
+            e["size"], e["sha256"] = len(buf.getvalue()), hashlib.sha256(buf.getvalue()).hexdigest()
+    (objects / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(StoreError, match=r"logs.tar.gz:logs/_node-1_/bert_b32_fp32_1.log \(line 1\).*opsalice"):
+        s.publish(run_dir, resume=True)
+
+
+def test_binary_log_is_not_published_unredacted(tmp_path):
+    run_dir = make_run_dir(tmp_path / "w", log_lines=5)
+    (run_dir / "logs" / "core.bin").write_bytes(b"\x00\x01 10.11.0.2 \x00")
+    s = Store.from_url(f"file://{tmp_path / 's'}", inventory=SAMPLE_INVENTORY, retry=FAST)
+    s.publish(run_dir)
+    m = s.read_manifest("mxnet-bert-20260102T030405-abc123")
+    assert m["skipped"] == [{"path": "logs/core.bin", "reason": "binary file: cannot be redacted"}]
+    assert "logs/core.bin" not in {e["path"] for e in m["objects"]}
+
+
+def test_unknown_settings_keys_are_named(tmp_path):
+    with pytest.raises(StoreError, match=r"unknown key\(s\) \['buckett'\]"):
+        Store.from_settings({"type": "s3", "bucket": "b", "buckett": "x"})
+    with pytest.raises(StoreError, match=r"unknown key\(s\) \['endpoint_url'\]"):
+        Store.from_settings({"type": "local", "path": str(tmp_path), "endpoint_url": "http://x"})
+    with pytest.raises(StoreError, match="addressing_style"):
+        Store.from_settings({"type": "s3", "bucket": "b", "addressing_style": "vhost"})
+    with pytest.raises(StoreError, match="no bucket"):
+        Store.from_settings({"type": "s3", "endpoint_url": "http://x"})
