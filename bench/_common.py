@@ -95,9 +95,17 @@ def goal(name: str, measured: float, target: float, *, lower_is_better: bool = T
     ok = measured <= target if lower_is_better else measured >= target
     rel = "<=" if lower_is_better else ">="
     u = f" {unit}" if unit else ""
+    m, t, d = _num(measured), _num(target), _num(abs(measured - target))
     if ok:
-        return f"{name}: goal met ({measured:.3g}{u} {rel} {target:.3g}{u})"
-    return f"{name}: goal missed by {abs(measured - target):.3g}{u} ({measured:.3g}{u}, goal {rel} {target:.3g}{u})"
+        return f"{name}: goal met ({m}{u} {rel} {t}{u})"
+    return f"{name}: goal missed by {d}{u} ({m}{u}, goal {rel} {t}{u})"
+
+
+def _num(x: float) -> str:
+    """Integers as integers (1024, not 1.02e+03), other numbers with 3 significant digits."""
+    if float(x).is_integer() and abs(x) < 1e12:
+        return str(int(x))
+    return f"{x:.3g}"
 
 
 def save_json(path: str | None, data: dict[str, Any]) -> None:

@@ -187,6 +187,9 @@ def run_sweep(suite, plan, cluster: Cluster, out_dir: str | os.PathLike, options
                 display.emit(f"leased nodes: {', '.join(held)}; preparing ({runtime.kind} runtime"
                              f"{', image ' + image if image else ''})")
                 facts = runtime.prepare(pool, held)  # login + pull in parallel; errors stop here
+                for f in facts.values():
+                    for note in f.notes:
+                        display.emit(f"warning: {note}")
                 if opts.capture_env:
                     env = envcapture.capture(pool, held, runtime, facts, plan.upstream_commit)
                     (out / "env.json").write_text(json.dumps(env, indent=1))

@@ -93,6 +93,7 @@ def capture_node(pool: SSHPool, node: str, runtime: HostRuntime, facts: NodeFact
         "framework_version": image.get("framework", ABSENT),
         "image_digest": (facts.image_digest if facts else None) or ABSENT,
         "nvidia_runtime": bool(facts.nvidia_runtime) if facts else False,
+        "dropped_container_flags": list(facts.dropped_flags) if facts else [],
         **({"image_probe_error": image["error"]} if "error" in image else {}),
     }
 

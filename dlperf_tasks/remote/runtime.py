@@ -57,8 +57,9 @@ class NodeFacts:
     infiniband: bool = False
     image_digest: str | None = None
     pulled: bool = False
-    #: suite ulimits the node's container runtime refuses (e.g. memlock in an unprivileged sandbox)
-    dropped_ulimits: list[str] = field(default_factory=list)
+    #: suite flags the node's container runtime refuses with "operation not permitted" (e.g. ``--privileged``
+    #: or ``--ulimit memlock=-1`` inside an unprivileged sandbox); dropped on that node and noted
+    dropped_flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -126,6 +127,19 @@ def expand(text: str, values: Mapping[str, str], what: str) -> str:
         raise RemoteError(f"{what}: bad placeholder in {text!r}: {exc}") from None
 
 
+def optional_flags(spec: ContainerSpec, facts: NodeFacts) -> list[str]:
+    """Flags a sandboxed container runtime may refuse, each one ``"--flag value"`` (split on the first space)."""
+    flags = [f"--ulimit {u}" for u in spec.ulimits]
+    flags += [f"--cap-add={cap}" for cap in (getattr(spec, "cap_add", ()) or ())]
+    for dev in spec.devices:
+        if dev == "/dev/infiniband" and not facts.infiniband:
+            continue  # only where present on the node
+        flags.append(f"--device={dev}")
+    if spec.privileged:
+        flags.append("--privileged")
+    return flags
+
+
 def docker_run_argv(spec: ContainerSpec, image: str, name: str, labels: Mapping[str, str], *, node: Node,
                     facts: NodeFacts, env: Mapping[str, str], workdir: str | None, command: list[str],
                     log_dir: str | None = None, detach: bool = False, extra_mounts: list[str] = ()) -> list[str]:
@@ -139,22 +153,13 @@ def docker_run_argv(spec: ContainerSpec, image: str, name: str, labels: Mapping[
         argv += ["--gpus", "all"]
     if spec.shm_size:
         argv.append(f"--shm-size={spec.shm_size}")
-    for u in spec.ulimits:
-        if u not in facts.dropped_ulimits:
-            argv += ["--ulimit", u]
+    for flag in optional_flags(spec, facts):
+        if flag not in facts.dropped_flags:
+            argv += flag.split(" ", 1)
     if spec.net_host:
         argv.append("--net=host")
     if spec.ipc_host:
         argv.append("--ipc=host")
-    for cap in getattr(spec, "cap_add", ()) or ():
-        argv.append(f"--cap-add={cap}")
-    devices = list(spec.devices)
-    for dev in devices:
-        if dev == "/dev/infiniband" and not facts.infiniband:
-            continue  # only where present on the node
-        argv.append(f"--device={dev}")
-    if spec.privileged:
-        argv.append("--privileged")
     values = {"data_dir": node.data_dir or "", "workdir": node.workdir, "node": node.name}
     for m in list(spec.mounts) + list(node.mounts) + list(extra_mounts):
         argv += ["-v", expand(m, values, f"mount for node {node.name}")]
@@ -239,15 +244,24 @@ class DockerRuntime(HostRuntime):
             res = pool.run(node, image_inspect_command(self.image), timeout=60, check=True)
         facts.image_digest = parse_digest(res.stdout, self.image)
 
-    def probe_ulimits(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:
-        """Start a throwaway container per suite ulimit; a limit the runtime refuses ("error setting
-        rlimit ... operation not permitted") is dropped for this node and noted (env capture, warnings)."""
-        for u in self.spec.ulimits:
-            cmd = shlex.join(["docker", "run", "--rm", "--ulimit", u, "--entrypoint", "true", self.image])
+    def probe_flags(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:
+        """Start a throwaway container per optional suite flag (ulimits, caps, devices, privileged); a flag the
+        runtime refuses with "operation not permitted" (unprivileged sandboxes such as the simulated
+        cluster) is dropped on this node and noted in the env capture. Nothing is dropped on a normal host."""
+        flags = optional_flags(self.spec, facts)
+        if not flags:
+            return
+        all_cmd = shlex.join(["docker", "run", "--rm", *[w for f in flags for w in f.split(" ", 1)],
+                              "--entrypoint", "true", self.image])
+        if pool.run(node, all_cmd, timeout=120).rc == 0:
+            return
+        for flag in flags:
+            cmd = shlex.join(["docker", "run", "--rm", *flag.split(" ", 1), "--entrypoint", "true", self.image])
             res = pool.run(node, cmd, timeout=120)
-            if res.rc != 0 and "rlimit" in res.stderr:
-                facts.dropped_ulimits.append(u)
-                facts.notes.append(f"--ulimit {u} refused by the container runtime on {node}; running without it")
+            if res.rc != 0 and "not permitted" in res.stderr:
+                facts.dropped_flags.append(flag)
+                facts.notes.append(f"{flag} refused by the container runtime on {node} (operation not permitted); "
+                                   f"running without it")
 
     def prepare(self, pool: SSHPool, nodes: list[str]) -> dict[str, NodeFacts]:
         """Probe, log in and pull on all nodes in parallel; raises the first node's error."""
@@ -258,7 +272,7 @@ class DockerRuntime(HostRuntime):
                 raise RemoteError(f"node {n}: docker is not usable (not installed or daemon not running)", node=n)
             self.login(pool, n)
             self.pull(pool, n, facts)
-            self.probe_ulimits(pool, n, facts)
+            self.probe_flags(pool, n, facts)
             return facts
 
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as ex:

@@ -35,6 +35,8 @@ endpoint/bucket/key in the message)::
     store.get_run(run_id, to_dir)                    # download all, verify every checksum
     store.open_object(key)                           # file object, key relative to the prefix
     store.is_complete(run_id)
+    store.annotate_run(run_id, "regressions", doc, index_value=badge)  # annotations/<name>.json
+    store.read_annotation(run_id, "regressions")
 
 Credentials come only from the environment (``DLPERF_S3_ACCESS_KEY_ID`` /
 ``DLPERF_S3_SECRET_ACCESS_KEY``, or boto3's ``AWS_*`` chain) or from an Airflow connection

@@ -97,8 +97,11 @@ def read_index(backend: Backend, key: str, suite: str) -> tuple[dict, str | None
 
 
 def _merged(doc: dict, summary: Mapping[str, Any]) -> dict:
+    """Insert/replace the row of ``summary["run_id"]``; keys the old row has and the summary
+    lacks (annotations such as ``regressions``) are kept."""
+    old = next((r for r in doc.get("runs", []) if r.get("run_id") == summary["run_id"]), {})
     runs = [r for r in doc.get("runs", []) if r.get("run_id") != summary["run_id"]]
-    runs.append(dict(summary))
+    runs.append({**old, **summary})
     runs.sort(key=_sort_key)
     return {"schema_version": INDEX_SCHEMA_VERSION, "suite": doc.get("suite") or summary.get("suite"),
             "runs": runs}
@@ -117,7 +120,7 @@ def update_index(backend: Backend, key: str, summary: Mapping[str, Any], attempt
     for attempt in range(attempts):
         doc, etag = read_index(backend, key, suite)
         existing = next((r for r in doc["runs"] if r.get("run_id") == summary["run_id"]), None)
-        if existing == dict(summary):
+        if existing is not None and all(existing.get(k) == v for k, v in summary.items()):
             return  # already there, nothing to write (idempotent re-publish)
         new = _encode(_merged(doc, summary))
         try:

@@ -9,6 +9,7 @@ builds keys by hand.
                                                /plots/<name>.png
                                                /logs.tar.gz        all logs, redacted
                                                /logs/<relpath>     each log, redacted
+                                               /annotations/<name>.json  added later (e.g. regressions)
     <prefix>/index/<suite>.json                 run summaries of a suite (one read for history)
     <prefix>/index/runs/<run_id>.json           pointer {suite, date, path} (find a run by id)
 
@@ -29,11 +30,13 @@ REPORT = "report.md"
 LOGS_TAR = "logs.tar.gz"
 LOGS_DIR = "logs"
 PLOTS_DIR = "plots"
+ANNOTATIONS_DIR = "annotations"  # written after publish (e.g. regressions); not in the manifest
 
 # run ids: Airflow dag_run_ids look like "manual__2026-01-02T03:04:05.123+00:00".
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@=-]{0,199}$")
 _SUITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_ANNOTATION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 _PART_RE = re.compile(r"^[A-Za-z0-9._:+@=,%~-][A-Za-z0-9._:+@=,%~ -]*$")
 
 
@@ -119,6 +122,13 @@ class Layout:
 
     def manifest_key(self, suite: str, date: str, run_id: str) -> str:
         return self.run_key(suite, date, run_id, MANIFEST)
+
+    @staticmethod
+    def annotation_rel(name: str) -> str:
+        """``annotations/<name>.json`` inside a run (name: letters, digits, _ and -)."""
+        if not isinstance(name, str) or not _ANNOTATION_RE.fullmatch(name):
+            raise StoreError(f"invalid annotation name {name!r}: use letters, digits, _ and - (max 64)")
+        return f"{ANNOTATIONS_DIR}/{name}.json"
 
     # ---- index ------------------------------------------------------------------
     def index_prefix(self) -> str:

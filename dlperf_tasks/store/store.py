@@ -310,6 +310,40 @@ class Store:
             raise StoreError(f"invalid key {key!r}")
         return self.backend.open(self.key(key))
 
+    def annotate_run(self, run_id: str, name: str, value: Any, index_value: Any = None,
+                     suite: str | None = None) -> str:
+        """Attach a JSON document to a published run (``annotations/<name>.json``, e.g. the
+        regression report) without touching its manifest or objects, so re-publishing stays
+        idempotent. With ``index_value``, also set ``row[name] = index_value`` in the suite
+        index row (kept across re-publishes). Returns the annotation's key."""
+        from dlperf_tasks.store.index import update_index
+
+        loc = self.locate(run_id, suite)
+        key = self.layout.key_for_path(loc["path"], L.Layout.annotation_rel(name))
+        try:
+            data = (json.dumps(value, indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"annotation {name!r} of run {run_id} is not JSON-serialisable: {exc}") from None
+        self.backend.put_bytes(key, data, sha256=sha256_bytes(data), content_type="application/json")
+        if index_value is not None:
+            row = next((r for r in self.read_index(loc["suite"])["runs"] if r.get("run_id") == run_id), None)
+            if row is None:
+                raise StoreError(f"run {run_id} is not in the index of suite {loc['suite']}")
+            update_index(self.backend, self.layout.index_key(loc["suite"]), dict(row, **{name: index_value}))
+        return key
+
+    def read_annotation(self, run_id: str, name: str, suite: str | None = None) -> Any:
+        """The document stored by :meth:`annotate_run`; None when there is none."""
+        loc = self.locate(run_id, suite)
+        try:
+            data, _ = self.backend.get_bytes(self.layout.key_for_path(loc["path"], L.Layout.annotation_rel(name)))
+        except NotFound:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise StoreError(f"annotation {name!r} of run {run_id} is not valid JSON ({exc})") from None
+
     def is_complete(self, run_id: str, suite: str | None = None) -> bool:
         try:
             key = self.run_key(run_id, L.MANIFEST, suite)

@@ -323,3 +323,21 @@ def test_unknown_settings_keys_are_named(tmp_path):
         Store.from_settings({"type": "s3", "bucket": "b", "addressing_style": "vhost"})
     with pytest.raises(StoreError, match="no bucket"):
         Store.from_settings({"type": "s3", "endpoint_url": "http://x"})
+
+
+def test_annotations_survive_republish_and_leave_objects_alone(store, run_dir, tmp_path):
+    rid = "mxnet-bert-20260102T030405-abc123"
+    store.publish(run_dir)
+    manifest_before = store.read_manifest(rid)
+    key = store.annotate_run(rid, "regressions", {"findings": [1, 2]}, index_value={"findings": 2})
+    assert key.endswith(f"{rid}/annotations/regressions.json")
+    assert store.read_annotation(rid, "regressions") == {"findings": [1, 2]}
+    assert store.read_annotation(rid, "other") is None
+    assert store.list_runs()[0]["regressions"] == {"findings": 2}
+    again = store.publish(run_dir)
+    assert again.uploaded == []
+    assert store.read_manifest(rid) == manifest_before
+    assert store.list_runs()[0]["regressions"] == {"findings": 2}  # kept across re-publish
+    assert store.read_annotation(rid, "regressions") == {"findings": [1, 2]}
+    with pytest.raises(StoreError, match="invalid annotation name"):
+        store.annotate_run(rid, "../x", {})
