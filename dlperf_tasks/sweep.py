@@ -50,6 +50,7 @@ class SweepOptions:
     unreachable_grace_s: float = 8.0
     capture_env: bool = True
     run_id: str | None = None
+    mpi_ssh_port: int | None = None  # MPI helper containers' sshd port (default: inventory, then the suite's)
     image: str | None = None  # full image reference overriding the plan's (and the cluster's mirror)
     dag_run_id: str | None = None
     progress: TextIO | None = field(default_factory=lambda: sys.stderr)
@@ -172,7 +173,8 @@ def run_sweep(suite, plan, cluster: Cluster, out_dir: str | os.PathLike, options
     image = opts.image or cluster.resolve_image(plan.image)
     if opts.image and suite.container is None:
         raise DlperfError(f"suite {suite.id} runs on the host (no container); --image does not apply")
-    runtime = make_runtime(suite.container, image=image, registry=cluster.registry, launcher=suite.launcher)
+    runtime = make_runtime(suite.container, image=image, registry=cluster.registry, launcher=suite.launcher,
+                           ssh_port=opts.mpi_ssh_port or cluster.mpi_ssh_port)
 
     if todo:
         need = max(t.cell.topology.nodes for t in todo)
@@ -196,6 +198,7 @@ def run_sweep(suite, plan, cluster: Cluster, out_dir: str | os.PathLike, options
                 ran, skipped = _schedule(suite, plan, cluster, held, todo, pool, runtime, facts, run_id, out, opts,
                                          display, stop_event, env)
             finally:
+                _cleanup_run(pool, runtime, held, run_id, display)
                 leases.release()
 
     finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -305,6 +308,25 @@ def _schedule(suite, plan, cluster, held, todo, pool, runtime, facts, run_id, ou
                     pass
             raise
     return ran, skipped
+
+
+def _cleanup_run(pool: SSHPool, runtime, nodes: list[str], run_id: str, display: Display) -> None:
+    """End of sweep, on every leased node: remove any container of the run and the run's scratch
+    directory (container log mounts, the per-run MPI key pair)."""
+    import shlex
+
+    from dlperf_tasks.remote.runtime import safe_name
+
+    def one(n: str) -> None:
+        try:
+            runtime.cleanup(pool, n, run_id)
+            wd = pool.cluster.node(n).workdir.rstrip("/")
+            pool.run(n, f"rm -rf {shlex.quote(f'{wd}/runs/{safe_name(run_id)}')}", timeout=60)
+        except RemoteError as exc:
+            display.emit(f"warning: end-of-sweep cleanup on node {n} failed: {exc}")
+
+    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as ex:
+        list(ex.map(one, nodes))
 
 
 def _down_nodes(pool: SSHPool, nodes: list[str]) -> list[str]:

@@ -47,6 +47,9 @@ def register(subparsers) -> None:
     p.add_argument("--image", metavar="REF",
                    help="full image reference to run instead of the suite's (default: the suite's image, or the "
                         "inventory's mirror of it listed under 'images:')")
+    p.add_argument("--mpi-ssh-port", type=int, metavar="PORT",
+                   help="MPI suites: port of the containers' sshd (default: the inventory's mpi_ssh_port, else the "
+                        "suite's container.sshd_port); must not be taken on the nodes")
     p.add_argument("--cases", metavar="LIST", help="Megatron: comma-separated case names")
     p.add_argument("--policy", choices=["packed", "sequential", "packed_exclusive_multinode"], default="packed",
                    help="packed (default): independent trials at once on disjoint free nodes, longest first; "
@@ -82,7 +85,8 @@ def run(args) -> int:
     cluster = Cluster.from_yaml(args.cluster)
     opts = SweepOptions(policy=args.policy, cooldown_s=args.cooldown, retries=max(0, args.retries),
                         nodes=[n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None,
-                        lease_wait_s=args.wait_for_nodes, image=args.image, capture_env=not args.no_env_capture,
+                        lease_wait_s=args.wait_for_nodes, image=args.image,
+                        mpi_ssh_port=args.mpi_ssh_port, capture_env=not args.no_env_capture,
                         progress=None if args.quiet else sys.stderr)
     stop = threading.Event()
 

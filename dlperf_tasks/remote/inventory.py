@@ -44,7 +44,7 @@ from dlperf_tasks.frameworks.base import NodeSpec
 _NODE_KEYS = {
     "name", "host", "port", "user", "login", "key_file", "private_key", "password", "gpus", "interface",
     "workdir", "data_dir", "mounts", "known_hosts", "strict_host_key_checking", "address", "connect_timeout",
-    "labels",
+    "labels", "mpi_ssh_port",
 }
 _BOOL_TRUE = {"1", "true", "yes", "on"}
 _BOOL_FALSE = {"0", "false", "no", "off"}
@@ -91,6 +91,9 @@ class Node:
     strict_host_key_checking: bool = True
     address: str | None = field(default=None, repr=False)  # address other nodes use (defaults to host)
     connect_timeout: float = 10.0
+    #: port of the MPI helper containers' sshd on this cluster (overrides the suite's ``sshd_port``,
+    #: e.g. when the suite's port is taken by the node's own sshd)
+    mpi_ssh_port: int | None = None
 
     def __post_init__(self):
         if not self.name or "/" in self.name or self.name.strip() != self.name:
@@ -141,6 +144,8 @@ class Node:
                 kw[key] = str(merged[key])
         if "port" in merged:
             kw["port"] = _as_int(merged["port"], f"node {name}: port", 1)
+        if merged.get("mpi_ssh_port") is not None:
+            kw["mpi_ssh_port"] = _as_int(merged["mpi_ssh_port"], f"node {name}: mpi_ssh_port", 1)
         if "gpus" in merged:
             kw["gpus"] = _as_int(merged["gpus"], f"node {name}: gpus", 0)
         if "connect_timeout" in merged:
@@ -232,6 +237,10 @@ class Cluster:
 
     def public_dict(self) -> dict[str, Any]:
         return {"name": self.name, "nodes": [n.public_dict() for n in self.nodes]}
+
+    @property
+    def mpi_ssh_port(self) -> int | None:
+        return next((n.mpi_ssh_port for n in self.nodes if n.mpi_ssh_port), None)
 
     def resolve_image(self, image: str | None) -> str | None:
         """The suite's image, or the cluster's mirror of it: an entry of ``images`` with the same

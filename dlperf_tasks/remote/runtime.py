@@ -9,9 +9,9 @@ Two runtimes share one interface:
 * :class:`HostRuntime` - runs the launch command directly on the node (no container).
 
 Launch modes (``Framework.launch_mode``): ``per_node`` = one container per node running that
-node's :class:`LaunchSpec`; ``mpi`` = every node except node 0 runs a helper container with
-sshd on ``ContainerSpec.sshd_port`` (bound to the node's peer address) and node 0's container
-runs ``mpirun``. The helper containers trust a key pair generated per run (never reused).
+node's :class:`LaunchSpec`; ``mpi`` = every node runs a helper container with sshd on
+``ContainerSpec.sshd_port`` (or the inventory's ``mpi_ssh_port``; bound to the node's peer
+address) and a launcher container on node 0 runs ``mpirun``. The helper containers trust a key pair generated per run (never reused).
 
 Every command string is built here from argv lists with :func:`shlex.join`; secrets (registry
 password) travel over the SSH channel's stdin only.
@@ -211,8 +211,9 @@ class DockerRuntime(HostRuntime):
     kind = "docker"
 
     def __init__(self, spec: ContainerSpec, image: str | None = None, registry: Registry | None = None,
-                 sshd_command: list[str] | None = None):
+                 sshd_command: list[str] | None = None, ssh_port: int | None = None):
         self.spec = spec
+        self.ssh_port = int(ssh_port or spec.sshd_port or 22)
         self.image = image or spec.image
         self.registry = registry
         self.sshd_command = sshd_command
@@ -321,7 +322,7 @@ class DockerRuntime(HostRuntime):
                                               serialization.PublicFormat.OpenSSH).decode()
             self._mpi_key = (priv, pub + " dlperf-mpi\n")
         priv, pub = self._mpi_key
-        port = self.spec.sshd_port or 22
+        port = self.ssh_port
         cfg = f"Host *\n  Port {port}\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
         return {"id_ed25519": priv.encode(), "id_ed25519.pub": pub.encode(), "authorized_keys": pub.encode(),
                 "config": cfg.encode()}
@@ -332,14 +333,17 @@ class DockerRuntime(HostRuntime):
             pool.put_bytes(node, f"{key_dir}/{fname}", data, 0o600)
 
     def sshd_argv(self, node: Node) -> list[str]:
-        port = str(self.spec.sshd_port or 22)
+        """sshd in the foreground on the MPI port, bound to the node's peer address (several simulated
+        nodes may share one host network). ``launcher.sshd_command`` may replace it ({port}, {address})."""
+        port = str(self.ssh_port)
         if self.sshd_command:
             return [a.replace("{port}", port).replace("{address}", node.peer_address) for a in self.sshd_command]
-        return ["/usr/sbin/sshd", "-D", "-e", "-p", port, "-o", f"ListenAddress={node.peer_address}"]
+        return ["sh", "-c", 'mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -p "$0" -o ListenAddress="$1"',
+                port, node.peer_address]
 
     def mpi_helper_command(self, *, trial: Trial, run_id: str, node: Node, facts: NodeFacts, log_dir: str,
                            key_dir: str, attempt: int = 1) -> str:
-        """Detached helper container running sshd for mpirun (nodes 1..N-1)."""
+        """Detached helper container running sshd for mpirun (on every node of the trial)."""
         env = {TRIAL_ENV: trial.key}
         argv = docker_run_argv(self.spec, self.image, self.container_name(run_id, trial, node.name, attempt, "sshd"),
                                self.labels(run_id, trial, node.name), node=node, facts=facts, env=env,
@@ -378,9 +382,10 @@ def parse_digest(inspect_out: str, image: str) -> str | None:
 
 
 def make_runtime(container: ContainerSpec | None, image: str | None = None, registry: Registry | None = None,
-                 launcher: Mapping | None = None) -> HostRuntime:
+                 launcher: Mapping | None = None, ssh_port: int | None = None) -> HostRuntime:
+    """The suite's runtime; ``ssh_port`` (from the inventory's ``mpi_ssh_port``) overrides the suite's sshd port."""
     if container is None:
         return HostRuntime()
     sshd_cmd = (launcher or {}).get("sshd_command")
     return DockerRuntime(container, image=image, registry=registry,
-                         sshd_command=[str(a) for a in sshd_cmd] if sshd_cmd else None)
+                         sshd_command=[str(a) for a in sshd_cmd] if sshd_cmd else None, ssh_port=ssh_port)

@@ -90,7 +90,8 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
     fw = frameworks.get(trial.cell.framework)
     own_pool = pool is None
     pool = pool or SSHPool(cluster)
-    runtime = runtime or make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher)
+    runtime = runtime or make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher,
+                                      ssh_port=cluster.mpi_ssh_port)
     topo = trial.cell.topology
     if len(node_names) != topo.nodes:
         raise DlperfError(f"trial {trial.id} needs {topo.nodes} node(s), got {len(node_names)}: {node_names}")
@@ -126,7 +127,7 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
         settings["env"] = {**env, **(settings.get("env") or {})}
     mpi = fw.launch_mode == "mpi"
     if mpi and isinstance(runtime, DockerRuntime):
-        settings.setdefault("ssh_port", runtime.spec.sshd_port or 22)
+        settings["ssh_port"] = runtime.ssh_port
     commands: dict[int, str] = {}
     try:
         if facts is None:
@@ -157,14 +158,19 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
 
     try:
         report("starting")
-        # ---- MPI helpers: sshd containers on nodes 1..N-1 ----------------------------------
+        # ---- MPI helpers: sshd containers on every node ------------------------------------
         if mpi and isinstance(runtime, DockerRuntime) and len(nodes) > 1:
             def helper(i: int) -> None:
                 node = nodes[i]
                 key_dir = f"{node.workdir.rstrip('/')}/runs/{safe_name(run_id)}/mpi_ssh"
                 runtime.install_mpi_keys(pool, node.name, key_dir)
-                if i == 0:
-                    return
+                # every node, node 0 included: mpirun may reach its own node through the address list too
+                port = runtime.ssh_port
+                probe = f"(exec 3<>/dev/tcp/{node.peer_address}/{port}) 2>/dev/null"
+                if pool.run(node.name, "bash -c " + _q(probe), timeout=30).rc == 0:
+                    raise _LaunchError(f"node {node.name}: port {port} for the MPI containers' sshd is already in "
+                                       f"use (the node's own sshd?); set mpi_ssh_port in the inventory or pass "
+                                       f"--mpi-ssh-port")
                 log_dir = f"{node.workdir.rstrip('/')}/runs/{safe_name(run_id)}/{tag}"
                 cmd = runtime.mpi_helper_command(trial=trial, run_id=run_id, node=node, facts=facts[node.name],
                                                  log_dir=log_dir, key_dir=key_dir, attempt=attempt)
@@ -172,7 +178,6 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
                 if res.rc != 0:
                     raise _LaunchError(f"node {node.name}: starting the MPI sshd container failed: "
                                        f"{res.stderr.strip()[-300:]}")
-                port = runtime.spec.sshd_port or 22
                 wait = (f"for i in $(seq 100); do (exec 3<>/dev/tcp/{node.peer_address}/{port}) 2>/dev/null "
                         f"&& exit 0; sleep 0.1; done; exit 1")
                 if pool.run(node.name, "bash -c " + _q(wait), timeout=30).rc != 0:
