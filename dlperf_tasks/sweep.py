@@ -46,7 +46,7 @@ class SweepOptions:
     nodes: list[str] | None = None  # restrict to these inventory nodes
     lease_ttl_s: int = 120
     lease_wait_s: float = 0.0  # wait this long for nodes leased by another sweep
-    poll_s: float = 0.5
+    poll_s: float = 0.25
     unreachable_grace_s: float = 8.0
     capture_env: bool = True
     run_id: str | None = None
@@ -181,7 +181,12 @@ def run_sweep(suite, plan, cluster: Cluster, out_dir: str | os.PathLike, options
         if need > len(cluster_nodes):
             display.emit(f"note: trials needing {need} nodes cannot run on {len(cluster_nodes)} node(s)")
         with SSHPool(cluster) as pool:
-            leases = Leases(pool, cluster_nodes, run_id, min_nodes=min(need, len(cluster_nodes)),
+            # nodes unreachable at the start are not leased; their trials end NOT_RUN naming them
+            down = _unreachable_nodes(pool, cluster_nodes, display)
+            up = [n for n in cluster_nodes if n not in down]
+            if not up:
+                raise RemoteError("no node of the cluster is reachable: " + "; ".join(down.values()))
+            leases = Leases(pool, up, run_id, min_nodes=min(need, len(up)),
                             ttl_s=opts.lease_ttl_s, wait_s=opts.lease_wait_s,
                             on_wait=lambda busy: display.emit(f"waiting for leased nodes: {'; '.join(busy.values())}"))
             held = leases.acquire()
@@ -196,7 +201,7 @@ def run_sweep(suite, plan, cluster: Cluster, out_dir: str | os.PathLike, options
                     env = envcapture.capture(pool, held, runtime, facts, plan.upstream_commit)
                     (out / "env.json").write_text(json.dumps(env, indent=1))
                 ran, skipped = _schedule(suite, plan, cluster, held, todo, pool, runtime, facts, run_id, out, opts,
-                                         display, stop_event, env)
+                                         display, stop_event, env, down=down)
             finally:
                 _cleanup_run(pool, runtime, held, run_id, display)
                 leases.release()
@@ -229,11 +234,30 @@ def write_outputs(out: Path, results: list[TrialResult], run_meta: dict[str, Any
     return result
 
 
+def _unreachable_nodes(pool: SSHPool, nodes: list[str], display: "Display") -> dict[str, str]:
+    """Node -> why, for the nodes that cannot be reached over SSH right now (checked in parallel)."""
+    def probe(n: str) -> str | None:
+        try:
+            pool.client(n)
+            return None
+        except RemoteError as exc:
+            return str(exc)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(nodes)))) as ex:
+        found = {n: why for n, why in zip(nodes, ex.map(probe, nodes)) if why}
+    for why in found.values():
+        display.emit(f"warning: {why}; its trials will not run")
+    return found
+
+
 def _schedule(suite, plan, cluster, held, todo, pool, runtime, facts, run_id, out, opts, display, stop_event,
-              env) -> tuple[list[TrialResult], list[TrialResult]]:
+              env, down: dict[str, str] | None = None) -> tuple[list[TrialResult], list[TrialResult]]:
     by_id = {t.id: t for t in todo}
     jobs = [Job.from_trial(t) for t in todo]
-    sched = Scheduler(jobs, {n: cluster.node(n).gpus for n in held}, opts.policy, opts.cooldown_s)
+    down = down or {}
+    sched = Scheduler(jobs, {n: cluster.node(n).gpus for n in [*held, *down]}, opts.policy, opts.cooldown_s)
+    for n in down:  # unreachable at the start: counted as down, so the reason names them
+        sched.mark_down(n)
     attempts: dict[str, int] = {}
     ran: list[TrialResult] = []
     skipped: list[TrialResult] = []
@@ -246,6 +270,7 @@ def _schedule(suite, plan, cluster, held, todo, pool, runtime, facts, run_id, ou
             prev = last.get(job.key)
             why = (f"needs {job.nodes} node(s) with {job.gpus_per_node} GPUs; available: "
                    f"{len([n for n in held if n not in sched.down])} (down: {', '.join(sorted(sched.down)) or 'none'})")
+            why += "".join(f"; {down[n]}" for n in sorted(sched.down) if n in down)
             r = prev or TrialResult(trial, TrialStatus.NOT_RUN, why)
             if prev is None:
                 save_trial(out, r)

@@ -147,6 +147,13 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
                                        "locations": [p["location"] for p in published]}
             for p in published:
                 print(f"published {p['run_id']} -> {p['location']}")
+                for plot in p.get("plots") or []:
+                    print(f"  plot {p['location']}/plots/{plot.rsplit('/', 1)[-1]}")
+                reg = p.get("regressions") or {}
+                if reg.get("error"):
+                    print(f"  regression check failed (run published anyway): {reg['error']}")
+                elif reg.get("findings"):
+                    print(f"  regression check: {reg['findings']} finding(s): {', '.join(reg.get('cells', []))}")
             return published
 
         @teardown  # not on_failure_fail_dagrun: then the run state would follow cleanup alone
@@ -169,7 +176,9 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
         summaries = aggregate_task(planned["plan"], collected, prepared)
         reports = report_task(planned["plan"], summaries)
         published = publish_task(reports, summaries)
-        published >> cleanup_task()
+        # cleanup also waits for every trial: a failed trial fails collect..publish at once, and
+        # cleanup must not remove the containers of trials still running
+        [published, trials] >> cleanup_task()
     return dag
 
 

@@ -17,8 +17,10 @@ Keys (defaults in brackets):
 ``schedule_<dag>`` [staggered nightly crons]
     Cron of each DAG (``mxnet``, ``pytorch``, ``tensorflow``, ``megatron``, ``smoke``);
     ``none`` = manual triggers only.
-``redaction`` [ips,hostnames]
+``redaction`` [ips,hostnames,users]
     What is removed from logs before they are published (comma list; ``none`` = nothing).
+    Host names, node names and user names come from the cluster inventory, which publish
+    passes to the store; IP addresses are always found by pattern.
 ``policy`` [continue]
     What a failed or invalid trial does to a run: ``continue`` (record it, go on: DLPerf's
     way) or ``fail_fast`` (fail the run at the first non-OK trial).
@@ -62,7 +64,7 @@ class DlperfSettings:
     store_url: str = ""
     work_dir: str = ""
     schedules: dict[str, str | None] = field(default_factory=lambda: dict(DEFAULT_SCHEDULES))
-    redaction: tuple[str, ...] = ("ips", "hostnames")
+    redaction: tuple[str, ...] = ("ips", "hostnames", "users")
     policy: str = "continue"
     trial_retries: int = 1
     pool: str = "dlperf_nodes"
@@ -114,7 +116,7 @@ def load(get: Callable[[str, str | None], str | None] | None = None) -> DlperfSe
     if not (store_url.startswith("file://") or store_url.startswith("s3://")):
         raise SettingsError(f"[dlperf] store_url: {store_url!r} must start with file:// or s3://")
     schedules = {d: _cron(get(f"schedule_{d}", DEFAULT_SCHEDULES[d]) or "", f"schedule_{d}") for d in DAG_NAMES}
-    redaction_raw = (get("redaction", "ips,hostnames") or "").strip()
+    redaction_raw = (get("redaction", "ips,hostnames,users") or "").strip()
     redaction = () if redaction_raw.lower() == "none" else tuple(r.strip() for r in redaction_raw.split(",") if r.strip())
     unknown = [r for r in redaction if r not in REDACTIONS]
     if unknown:

@@ -14,6 +14,11 @@ A DAG run may cover several suites (the mxnet DAG runs mxnet-bert and mxnet-resn
 each suite gets its own run id and run directory ``<work_dir>/<run_id>/`` holding
 ``plan.json``, ``env.json``, ``logs/...``, ``trials/<key>.json``, ``result.json``,
 ``report.md`` and ``plots/``, which publish copies to the store.
+
+Re-runs: the run id of a suite is fixed for a DAG run (``<work_dir>/dag-runs/<hash>.json``
+remembers it), trial keys are deterministic, and a trial whose valid result (status OK, logs
+present) is already in the run directory is not run again. So clearing a DAG run and running
+it again only runs the missing or invalid trials, and every trial is counted once.
 """
 
 from __future__ import annotations
@@ -42,6 +47,12 @@ class Retriable(Exception):
 # --------------------------------------------------------------------------- helpers
 def _now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def dag_run_record(work_dir: str | os.PathLike, dag_name: str, dag_run_id: str) -> Path:
+    """Where the run ids of one DAG run are remembered (so a cleared, re-run DAG run reuses them)."""
+    h = hashlib.sha1(f"{dag_name}\0{dag_run_id}".encode()).hexdigest()[:20]
+    return Path(work_dir) / "dag-runs" / f"{h}.json"
 
 
 def new_run_id(suite: str, dag_run_id: str | None) -> str:
@@ -87,6 +98,14 @@ def _write_json(path: Path, data: Any) -> Path:
     return path
 
 
+def _read_json(path: Path) -> Any:
+    """The JSON document at ``path``, or None when it is missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _cluster(settings: DlperfSettings):
     """The inventory of the configured cluster (None for ``local``)."""
     if settings.is_local:
@@ -128,14 +147,24 @@ def plan_run(dag_name: str, suite_ids: list[str], conf: Mapping[str, Any] | None
             raise NonRetriable(f"suite {suite_id}: {exc}") from None
     check_fits(sorted({c.topology for _, p in plans for c in p.cells}), settings)
     runs, items = [], []
+    record_path = dag_run_record(settings.work_dir, dag_name, dag_run_id) if dag_run_id else None
+    known = _read_json(record_path) if record_path else None
+    known_runs = (known or {}).get("runs", {}) if (known or {}).get("dag_run_id") == dag_run_id else {}
     for suite_id, p in plans:
-        run_id = new_run_id(suite_id, dag_run_id)
+        prev = known_runs.get(suite_id) or {}
+        run_id = prev.get("run_id") or new_run_id(suite_id, dag_run_id)
+        started_at = prev.get("started_at") or _now_iso()
         run_dir = Path(settings.work_dir) / run_id
         plan_doc = p.to_dict()
         _write_json(run_dir / "plan.json", {**plan_doc, "params": params, "dag": dag_name, "dag_run_id": dag_run_id})
         runs.append({"run_id": run_id, "run_dir": str(run_dir), "suite": suite_id, "framework": p.framework,
-                     "image": p.image, "upstream_commit": p.upstream_commit, "started_at": _now_iso(),
-                     "window": plan_doc["window"], "n_trials": len(p.trials), "summary": p.summary()})
+                     "image": p.image, "upstream_commit": p.upstream_commit, "started_at": started_at,
+                     "window": plan_doc["window"], "n_trials": len(p.trials), "summary": p.summary(),
+                     "rerun": bool(prev)})
+    if record_path:
+        _write_json(record_path, {"dag": dag_name, "dag_run_id": dag_run_id,
+                                  "runs": {r["suite"]: {"run_id": r["run_id"], "started_at": r["started_at"]}
+                                           for r in runs}})
         for t in p.trials:
             items.append({"run_id": run_id, "run_dir": str(run_dir), "suite": suite_id,
                           "trial": t.trial.to_dict(), "trial_id": t.id, "key": t.trial.key,
@@ -187,18 +216,28 @@ def prepare(plan_out: Mapping[str, Any], settings: DlperfSettings) -> dict[str, 
     """Log in, pull images and capture the environment of the nodes (local: this machine)."""
     if plan_out["dry_run"]:
         return {"env": {}, "nodes": [], "skipped": "dry run"}
+    images: dict[str, dict[str, Any]] = {}
     if settings.is_local:
         env = local_env()
         nodes = [{"name": "local0", "gpus": os.cpu_count() or 1}]
     else:
-        env, nodes = _remote_prepare(plan_out, settings)
+        env, nodes, images = _remote_prepare(plan_out, settings)
     for run in plan_out["runs"]:
         _write_json(Path(run["run_dir"]) / "env.json", {"env": env, "nodes": nodes})
-    return {"env": env, "nodes": nodes}
+    return {"env": env, "nodes": nodes, "images": images}
 
 
-def _remote_prepare(plan_out: Mapping[str, Any], settings: DlperfSettings) -> tuple[dict, list]:
-    """Registry login + image pull (runtime.prepare) and env capture on every node, per suite."""
+FACTS_FILE = "node-facts.json"  # per run dir: what prepare learnt about each node (read by the trials)
+
+
+def _remote_prepare(plan_out: Mapping[str, Any], settings: DlperfSettings) -> tuple[dict, list, dict]:
+    """Registry login + image pull (runtime.prepare) and env capture on every node, per suite.
+
+    The image is the suite's, or the cluster's mirror of it (inventory ``images:``); the node
+    facts (image digest, container flags the node's runtime refuses) go to ``node-facts.json``
+    in the run directory, where the trial tasks read them."""
+    import dataclasses
+
     from dlperf_tasks.catalog.loader import load_suite
     from dlperf_tasks.errors import RemoteError
     from dlperf_tasks.remote import envcapture
@@ -206,21 +245,26 @@ def _remote_prepare(plan_out: Mapping[str, Any], settings: DlperfSettings) -> tu
     from dlperf_tasks.remote.ssh import SSHPool
 
     cluster = _cluster(settings)
-    names = cluster.names()
+    names = list(cluster.names)
     env: dict[str, Any] = {}
+    images: dict[str, dict[str, Any]] = {}
     pool = SSHPool(cluster)
     try:
         for run in plan_out["runs"]:
             suite = load_suite(run["suite"])
-            runtime = make_runtime(suite.container, image=cluster.resolve_image(run.get("image")),
-                                   registry=cluster.registry, launcher=suite.launcher)
+            image = cluster.resolve_image(run.get("image"))
+            runtime = make_runtime(suite.container, image=image, registry=cluster.registry, launcher=suite.launcher,
+                                   ssh_port=cluster.mpi_ssh_port)
             facts = runtime.prepare(pool, names)
             env[run["suite"]] = envcapture.capture(pool, names, runtime, facts, run.get("upstream_commit"))
+            _write_json(Path(run["run_dir"]) / FACTS_FILE, {n: dataclasses.asdict(f) for n, f in facts.items()})
+            digest = next((f.image_digest for f in facts.values() if f.image_digest), None)
+            images[run["suite"]] = {"image": image if suite.container is not None else None, "digest": digest}
     except RemoteError as exc:
         raise Retriable(f"prepare on cluster {cluster.name}: {exc}") from None
     finally:
         pool.close()
-    return env, [n.public_dict() for n in cluster.nodes]
+    return env, [n.public_dict() for n in cluster.nodes], images
 
 
 # --------------------------------------------------------------------------- trials
@@ -250,16 +294,20 @@ def run_trial(item: Mapping[str, Any], settings: DlperfSettings, *, try_number: 
     if item.get("dry_run"):
         res = TrialResult(trial=trial, status=TrialStatus.NOT_RUN, reason="dry run")
         return {**result_to_dict(res), "commands": dry_run_commands(item)}
+    run_dir = Path(item["run_dir"])
+    done = reusable_result(run_dir, item)
+    if done is not None:  # a re-run of the DAG run: this trial already has a valid result
+        return {**done, "reused": True}
     suite = load_suite(item["suite"])
     fw = get(suite.framework)
-    run_dir = Path(item["run_dir"])
     if settings.is_local:
         from dlperf_tasks.smoke import local_runner
 
         res = local_runner.run_trial(trial, fw, suite.launcher, run_dir, timeout_s=suite.timeout_s,
                                      hang_timeout_s=suite.hang_timeout_s)
     else:
-        res = _remote_run_trial(trial, suite, fw, run_dir, settings, item["run_id"])
+        res = _remote_run_trial(trial, suite, fw, run_dir, settings, item["run_id"], image=item.get("image"),
+                                attempt=try_number)
     out = result_to_dict(res)
     _write_json(run_dir / "trials" / f"{trial.key}.json", out)
     if res.status.retriable and try_number < max_tries:
@@ -269,10 +317,46 @@ def run_trial(item: Mapping[str, Any], settings: DlperfSettings, *, try_number: 
     return out
 
 
+def trial_file(run_dir: str | os.PathLike, key: str) -> Path:
+    return Path(run_dir) / "trials" / f"{key}.json"
+
+
+def reusable_result(run_dir: str | os.PathLike, item: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The trial's result already in ``run_dir`` when it is valid (status OK, same trial, every log
+    file present); None means the trial must run (missing, invalid, or from another plan)."""
+    done = _read_json(trial_file(run_dir, item["key"]))
+    if not isinstance(done, dict) or done.get("status") != "OK":
+        return None
+    if done.get("trial") != json.loads(json.dumps(item["trial"])):
+        return None
+    logs = done.get("log_paths") or []
+    if not logs or not all((Path(run_dir) / p).is_file() for p in logs):
+        return None
+    return done
+
+
 _STOP_EVENTS: dict[str, Any] = {}
 
 
-def _remote_run_trial(trial, suite, fw, run_dir: Path, settings: DlperfSettings, run_id: str):
+def _stop_key(run_id: str, trial_key: str) -> str:
+    return f"{run_id}/{trial_key}"
+
+
+def _load_facts(run_dir: Path, nodes: list[str]):
+    """NodeFacts of ``nodes`` written by prepare (None: not there, the trial probes the nodes itself)."""
+    from dlperf_tasks.remote.runtime import NodeFacts
+
+    doc = _read_json(run_dir / FACTS_FILE)
+    if not isinstance(doc, dict) or not all(n in doc for n in nodes):
+        return None
+    try:
+        return {n: NodeFacts(**doc[n]) for n in nodes}
+    except TypeError:
+        return None
+
+
+def _remote_run_trial(trial, suite, fw, run_dir: Path, settings: DlperfSettings, run_id: str,
+                      image: str | None = None, attempt: int = 1):
     """Lease ``topology.nodes`` free nodes (node exclusivity across runs and DAGs), run the
     trial there with the remote layer (detached jobs, watchdogs, cleanup, log copy, gate),
     release the leases. A cancelled task sets the stop event (see :func:`stop_trial`)."""
@@ -280,6 +364,7 @@ def _remote_run_trial(trial, suite, fw, run_dir: Path, settings: DlperfSettings,
 
     from dlperf_tasks.model import TrialStatus
     from dlperf_tasks.remote.allocation import Leases, NodeBusy
+    from dlperf_tasks.remote.runtime import make_runtime
     from dlperf_tasks.remote.ssh import SSHPool
     from dlperf_tasks.remote.trial import run_trial as remote_run
 
@@ -290,7 +375,9 @@ def _remote_run_trial(trial, suite, fw, run_dir: Path, settings: DlperfSettings,
     if not groups:
         raise NonRetriable(f"trial {trial.id}: cluster {cluster.name} has no {topo.nodes} nodes with "
                            f"{topo.gpus_per_node} GPUs")
-    stop = _STOP_EVENTS.setdefault(trial.key, threading.Event())
+    stop = _STOP_EVENTS.setdefault(_stop_key(run_id, trial.key), threading.Event())
+    runtime = make_runtime(suite.container, image=cluster.resolve_image(image or (suite.container.image if suite.container else None)),
+                           registry=cluster.registry, launcher=suite.launcher, ssh_port=cluster.mpi_ssh_port)
     pool = SSHPool(cluster)
     deadline = time.monotonic() + settings.lease_wait_s
     try:
@@ -302,7 +389,8 @@ def _remote_run_trial(trial, suite, fw, run_dir: Path, settings: DlperfSettings,
                 except NodeBusy:
                     continue
                 try:
-                    return remote_run(cluster, group, trial, suite, run_id, run_dir, pool=pool, stop_event=stop)
+                    return remote_run(cluster, group, trial, suite, run_id, run_dir, pool=pool, runtime=runtime,
+                                      facts=_load_facts(run_dir, group), attempt=attempt, stop_event=stop)
                 finally:
                     leases.release()
             if time.monotonic() > deadline or stop.is_set():
@@ -313,7 +401,7 @@ def _remote_run_trial(trial, suite, fw, run_dir: Path, settings: DlperfSettings,
                                           f"(leased by other runs)")
             time.sleep(5)
     finally:
-        _STOP_EVENTS.pop(trial.key, None)
+        _STOP_EVENTS.pop(_stop_key(run_id, trial.key), None)
         pool.close()
 
 
@@ -327,7 +415,7 @@ def stop_trial(item: Mapping[str, Any], settings: DlperfSettings) -> None:
 
         local_runner.stop(trial.key)
         return
-    event = _STOP_EVENTS.get(trial.key)
+    event = _STOP_EVENTS.get(_stop_key(item["run_id"], trial.key))
     if event is not None:  # the running remote trial stops, kills its jobs and cleans its nodes
         event.set()
 
@@ -338,20 +426,27 @@ def collect(plan_out: Mapping[str, Any], results: list[Mapping[str, Any]], setti
 
     Both runners copy every node's log into the run directory when the trial ends (the
     remote one over SFTP in its ``finally``), so collecting is a check, not a transfer."""
-    by_run: dict[str, list] = {r["run_id"]: [] for r in plan_out["runs"]}
+    by_run: dict[str, dict[str, Any]] = {r["run_id"]: {} for r in plan_out["runs"]}
     for res in results:
         if res is None:
             continue
         suite_id = res["trial"]["cell"]["suite"]
         run = next(r for r in plan_out["runs"] if r["suite"] == suite_id)
-        by_run[run["run_id"]].append(res)
+        # keyed by trial id: a trial is counted once, whatever a re-run returned
+        by_run[run["run_id"]][_trial_id(res["trial"])] = res
     missing = {}
     for run in plan_out["runs"]:
         run_dir = Path(run["run_dir"])
-        lacking = [p for res in by_run[run["run_id"]] for p in res.get("log_paths", [])
+        lacking = [p for res in by_run[run["run_id"]].values() for p in res.get("log_paths", [])
                    if not (run_dir / p).exists()]
         missing[run["run_id"]] = lacking
-    return {"results": by_run, "missing_logs": missing}
+    return {"results": {k: list(v.values()) for k, v in by_run.items()}, "missing_logs": missing}
+
+
+def _trial_id(trial_dict: Mapping[str, Any]) -> str:
+    from dlperf_tasks.model import Trial
+
+    return Trial.from_dict(dict(trial_dict)).id
 
 
 def aggregate(plan_out: Mapping[str, Any], collected: Mapping[str, Any], prepared: Mapping[str, Any] | None,
@@ -370,9 +465,11 @@ def aggregate(plan_out: Mapping[str, Any], collected: Mapping[str, Any], prepare
             continue
         cells = cell_stats(results)
         prepared = prepared or {}
+        img = (prepared.get("images") or {}).get(run["suite"]) or {}
         meta = {"run_id": run["run_id"], "suite": run["suite"], "framework": run["framework"],
                 "dag_run_id": dag_run_id, "started_at": run["started_at"], "finished_at": _now_iso(),
-                "image": run.get("image"), "upstream_commit": run.get("upstream_commit") or None,
+                "image": img.get("image") or run.get("image"), "image_digest": img.get("digest"),
+                "upstream_commit": run.get("upstream_commit") or None,
                 "cluster": {"name": plan_out.get("cluster"), "nodes": prepared.get("nodes", [])},
                 "env": prepared.get("env", {}), "window": run["window"], "source": "airflow",
                 "params": plan_out.get("params", {})}
@@ -421,11 +518,17 @@ def publish(reports: list[Mapping[str, Any]], settings: DlperfSettings, dag_name
 
     Also writes ``<work_dir>/last-<dag>.json`` (what was published, the result table) for
     ``make run`` and humans."""
+    import logging
+
+    log = logging.getLogger("dlperf.airflow.publish")
     published = []
+    store = _store(settings) if reports else None
     for r in reports:
-        where = _store_publish(Path(r["run_dir"]), settings)
+        where = _store_publish(store, Path(r["run_dir"]), settings)
+        regressions = regression_check(store, r["run_id"], log)
         published.append({"run_id": r["run_id"], "suite": r["suite"], "location": where,
-                          "run_dir": r["run_dir"], "report": r.get("report"), "plots": r.get("plots", [])})
+                          "run_dir": r["run_dir"], "report": r.get("report"), "plots": r.get("plots", []),
+                          "regressions": regressions})
     if dag_name:
         _write_json(Path(settings.work_dir) / f"last-{dag_name}.json",
                     {"dag": dag_name, "published": published, "finished_at": _now_iso(),
@@ -433,17 +536,44 @@ def publish(reports: list[Mapping[str, Any]], settings: DlperfSettings, dag_name
     return published
 
 
-def _store_publish(run_dir: Path, settings: DlperfSettings) -> str:
-    """Publish with dlperf_tasks.store (redacted logs, manifest last, index updated)."""
+def _store(settings: DlperfSettings):
+    """The configured store (credentials from the environment / connections, never the URL)."""
     from dlperf_tasks.errors import StoreError
     from dlperf_tasks.store import Store
 
-    inventory = None if settings.is_local else settings.cluster  # so node IPs/hostnames get redacted
     try:
-        store = Store.from_settings(settings.store_url, redaction=",".join(settings.redaction) or "none")
+        return Store.from_settings(settings.store_url, redaction=",".join(settings.redaction) or "none")
+    except StoreError as exc:
+        raise NonRetriable(f"[dlperf] store_url {settings.store_url}: {exc}") from None
+
+
+def _store_publish(store, run_dir: Path, settings: DlperfSettings) -> str:
+    """Publish with dlperf_tasks.store (redacted logs, manifest last, index updated).
+
+    The cluster inventory goes with it (unless the cluster is ``local``), so the nodes' host
+    names, node names and user names are redacted too (IP addresses always are)."""
+    from dlperf_tasks.errors import StoreError
+
+    inventory = None if settings.is_local else settings.cluster
+    try:
         return str(store.publish(run_dir, inventory=inventory))
     except StoreError as exc:
         raise Retriable(f"publish {run_dir.name} to {settings.store_url}: {exc}") from None
+
+
+def regression_check(store, run_id: str, log) -> dict[str, Any]:
+    """Compare the published run with its suite's history (dlperf_tasks.history.check.check_run);
+    the findings go to the task log and the run's annotations. A failing check is logged and
+    never fails the run (the results are published already)."""
+    try:
+        from dlperf_tasks.history.check import check_run
+
+        rep = check_run(store, run_id, log=log)
+    except Exception as exc:  # noqa: BLE001 - the check must not fail a published run
+        log.error("regression check of %s failed (the run is published): %s: %s", run_id, type(exc).__name__, exc)
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"findings": len(rep.findings), "noisy": len(rep.noisy),
+            "cells": sorted({f"{v.kind}:{v.cell_id}" for v in rep.findings}), "summary": rep.summary_lines()}
 
 
 # --------------------------------------------------------------------------- cleanup
@@ -465,8 +595,12 @@ def cleanup(plan_out: Mapping[str, Any] | None, settings: DlperfSettings) -> dic
     from dlperf_tasks.remote.runtime import make_runtime
     from dlperf_tasks.remote.ssh import SSHPool
 
-    for event in list(_STOP_EVENTS.values()):
-        event.set()
+    from concurrent.futures import ThreadPoolExecutor
+
+    run_ids = {r["run_id"] for r in plan_out["runs"]}
+    for key, event in list(_STOP_EVENTS.items()):
+        if key.split("/", 1)[0] in run_ids:
+            event.set()
     cluster = _cluster(settings)
     pool = SSHPool(cluster)
     cleaned, problems = [], []
@@ -474,20 +608,48 @@ def cleanup(plan_out: Mapping[str, Any] | None, settings: DlperfSettings) -> dic
         for run in plan_out["runs"]:
             suite = load_suite(run["suite"])
             runtime = make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher)
-            for name in cluster.names():
+
+            def one(name: str, run_id: str = run["run_id"], runtime=runtime) -> None:
                 try:
-                    runtime.cleanup(pool, name, run["run_id"])
-                    left = runtime.leftovers(pool, name, run["run_id"])
+                    runtime.cleanup(pool, name, run_id)
+                    clean_node_scratch(pool, name, run_id)
+                    left = runtime.leftovers(pool, name, run_id)
                     if left:
                         problems.append(f"{name}: {', '.join(left)}")
                     cleaned.append(name)
                 except RemoteError as exc:
                     problems.append(f"{name}: {exc}")
+
+            with ThreadPoolExecutor(max_workers=max(1, len(cluster.nodes))) as ex:
+                list(ex.map(one, cluster.names))
     finally:
         pool.close()
     if problems:
         raise Retriable("cleanup left something behind: " + "; ".join(problems))
     return {"cleaned": sorted(set(cleaned))}
+
+
+RELEASE_RUN_LEASE = r"""
+set -u
+wd="$1"; run="$2"
+[ -d "$wd" ] || exit 0
+exec 9>"$wd/.lease.lock"
+flock -w 20 9 || exit 3
+if [ -d "$wd/.lease" ] && [ "$(cat "$wd/.lease/run_id" 2>/dev/null)" = "$run" ]; then rm -rf "$wd/.lease"; echo RELEASED; fi
+"""
+
+
+def clean_node_scratch(pool, node: str, run_id: str) -> None:
+    """Remove the run's scratch directory on the node (container log mounts, MPI keys) and a
+    lease the run still holds there (a trial process killed hard cannot release its own)."""
+    import shlex
+
+    from dlperf_tasks.remote.runtime import safe_name
+
+    wd = pool.cluster.node(node).workdir.rstrip("/")
+    pool.run(node, f"rm -rf {shlex.quote(f'{wd}/runs/{safe_name(run_id)}')}", timeout=60)
+    pool.run(node, "bash -c " + shlex.quote(RELEASE_RUN_LEASE) + " dlperf-cleanup " + shlex.join([wd, run_id]),
+             timeout=60)
 
 
 def result_table(summaries: list[Mapping[str, Any]]) -> str:

@@ -173,14 +173,30 @@ def jobs_base_dir(workdir: str) -> str:
     return f"{workdir.rstrip('/')}/jobs"
 
 
+#: exit status a ``precheck`` script uses to refuse the start (its stdout says why)
+PRECHECK_RC = 28
+
+
+class PrecheckFailed(RemoteError):
+    """The job's precheck refused to start it; the message is the precheck's output."""
+
+
 def start_job(pool: SSHPool, node: str, command: str, job_id: str, environment: dict[str, str] | None = None,
-              base_dir: str | None = None, timeout: float = 30.0) -> RemoteJob:
-    """Start ``command`` (a quoted shell string) detached on ``node``; returns at once."""
+              base_dir: str | None = None, timeout: float = 30.0, precheck: str | None = None) -> RemoteJob:
+    """Start ``command`` (a quoted shell string) detached on ``node``; returns at once.
+
+    ``precheck`` (a shell script) runs first in the same SSH round trip; when it exits with
+    :data:`PRECHECK_RC` nothing is started and :class:`PrecheckFailed` carries its output."""
     if base_dir is None:
         base_dir = jobs_base_dir(pool.cluster.node(node).workdir)
     paths = RemoteJobPaths(job_id=job_id, base_dir=base_dir)
     wrapper = build_posix_wrapper_command(command, paths, environment)
-    res = pool.run(node, "bash -c " + shlex.quote(wrapper), timeout=timeout)
+    cmd = "bash -c " + shlex.quote(wrapper)
+    if precheck:
+        cmd = "bash -c " + shlex.quote(precheck) + " && " + cmd
+    res = pool.run(node, cmd, timeout=timeout)
+    if precheck and res.rc == PRECHECK_RC:
+        raise PrecheckFailed(res.stdout.strip(), node=node)
     if res.rc != 0 or res.stdout.strip() != job_id:
         raise RemoteError(f"node {node}: could not start job {job_id} (exit {res.rc}): {res.stderr.strip()[-300:]}",
                           node=node)

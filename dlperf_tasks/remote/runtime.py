@@ -109,11 +109,23 @@ def remove_containers_command(run_id: str | None = None, trial_key: str | None =
 
 
 def trial_process_check_command(trial_key: str | None = None) -> str:
-    """PIDs on the node whose environment carries ``DLPERF_TRIAL[=<key>]`` (leftover trial processes)."""
-    needle = f"{TRIAL_ENV}={trial_key}" if trial_key else f"{TRIAL_ENV}="
-    return (f"for f in /proc/[0-9]*/environ; do "
-            f"tr '\\0' '\\n' < \"$f\" 2>/dev/null | grep -q -- {shlex.quote('^' + needle)} "
-            f"&& p=${{f#/proc/}} && echo ${{p%/environ}}; done; true")
+    """PIDs on the node whose environment carries ``DLPERF_TRIAL[=<key>]`` (leftover trial processes).
+    One ``grep -z`` over every /proc/<pid>/environ (entries are NUL-separated)."""
+    pattern = f"^{TRIAL_ENV}={trial_key}$" if trial_key else f"^{TRIAL_ENV}="
+    return (f"grep -lsz -- {shlex.quote(pattern)} /proc/[0-9]*/environ 2>/dev/null "
+            "| sed -n 's#^/proc/\\([0-9]*\\)/environ$#\\1#p'; true")
+
+
+def _sections(out: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    key = None
+    for line in out.splitlines():
+        if line.startswith("@@"):
+            key = line[2:].strip()
+            found[key] = []
+        elif key and line.strip():
+            found[key].append(line.strip())
+    return found
 
 
 def expand(text: str, values: Mapping[str, str], what: str) -> str:
@@ -205,6 +217,16 @@ class HostRuntime:
     def leftovers(self, pool: SSHPool, node: str, run_id: str, trial_key: str | None = None) -> list[str]:
         pids = pool.run(node, trial_process_check_command(trial_key), timeout=30).stdout.split()
         return [f"process {p}" for p in pids]
+
+    def finish_command(self, run_id: str, trial_key: str, node: str, extra: str = "") -> str:
+        return f"{extra + '; ' if extra else ''}echo @@procs; {trial_process_check_command(trial_key)}"
+
+    def finish(self, pool: SSHPool, node: str, run_id: str, trial_key: str, extra: str = "") -> list[str]:
+        """One round trip after a trial: remove its containers, run ``extra`` (e.g. remove the job
+        directory), and return what is left (labelled containers, processes carrying DLPERF_TRIAL)."""
+        out = _sections(pool.run(node, self.finish_command(run_id, trial_key, node, extra), timeout=120).stdout)
+        return ([f"container {c}" for c in out.get("containers", [])]
+                + [f"process {p}" for p in out.get("procs", [])])
 
 
 class DockerRuntime(HostRuntime):
@@ -359,6 +381,13 @@ class DockerRuntime(HostRuntime):
     def leftovers(self, pool: SSHPool, node: str, run_id: str, trial_key: str | None = None) -> list[str]:
         ids = pool.run(node, list_containers_command(run_id, trial_key, node), timeout=60).stdout.split()
         return [f"container {i}" for i in ids] + super().leftovers(pool, node, run_id, trial_key)
+
+    def finish_command(self, run_id: str, trial_key: str, node: str, extra: str = "") -> str:
+        ls = list_containers_command(run_id, trial_key, node)
+        # list once; remove and list again only when something is there (the usual --rm case: nothing)
+        return (f'ids="$({ls})"; if [ -n "$ids" ]; then docker rm -f $ids >/dev/null 2>&1; ids="$({ls})"; fi; '
+                f"{extra + '; ' if extra else ''}echo @@containers; echo \"$ids\"; "
+                f"echo @@procs; {trial_process_check_command(trial_key)}")
 
 
 def parse_digest(inspect_out: str, image: str) -> str | None:

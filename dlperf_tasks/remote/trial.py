@@ -63,6 +63,7 @@ class _NodeRun:
     first_error_at: float | None = None
     last_error: str = ""
     unreachable: bool = False
+    log_complete: bool = False
 
 
 def _env_for(suite, trial: Trial) -> dict[str, str]:
@@ -76,7 +77,7 @@ class _Stopped(Exception):
 
 def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_id: str, out_dir: str | os.PathLike,
               *, pool: SSHPool | None = None, runtime: HostRuntime | None = None,
-              facts: Mapping[str, NodeFacts] | None = None, attempt: int = 1, poll_s: float = 0.5,
+              facts: Mapping[str, NodeFacts] | None = None, attempt: int = 1, poll_s: float = 0.25,
               timeout_s: float | None = None, hang_timeout_s: float | None = None,
               unreachable_grace_s: float = 8.0, kill_grace_s: float = 5.0,
               progress: Callable[[Progress], None] | None = None,
@@ -156,6 +157,7 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
         if now - nr.first_error_at >= unreachable_grace_s:
             nr.unreachable = True
 
+    poller: ThreadPoolExecutor | None = None
     try:
         report("starting")
         # ---- MPI helpers: sshd containers on every node ------------------------------------
@@ -188,10 +190,17 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
         # ---- start every node's job at once ------------------------------------------------
         def start(r: int) -> None:
             nr = runs[r]
-            nr.job = jobs.start_job(pool, nr.name, commands[r], jobs.generate_job_id(f"{tag}_{nr.name}"),
-                                    environment={"DLPERF_TRIAL": trial.key})
+            wd = nodes[r].workdir.rstrip("/")
+            space_paths = [jobs.jobs_base_dir(wd), f"{wd}/runs/{safe_name(run_id)}"]
+            try:  # the free-space check rides along in the start's SSH round trip
+                nr.job = jobs.start_job(pool, nr.name, commands[r], jobs.generate_job_id(f"{tag}_{nr.name}"),
+                                        environment={"DLPERF_TRIAL": trial.key},
+                                        precheck=_space_check_script(space_paths))
+            except jobs.PrecheckFailed as exc:
+                _raise_no_space(nr.name, str(exc))
 
         _parallel([lambda r=r: start(r) for r in commands])
+        poller = ThreadPoolExecutor(max_workers=max(1, len(runs)), thread_name_prefix="dlperf-poll")
         t0 = time.monotonic()
         last_progress = t0
         last_alive_check = t0
@@ -202,25 +211,28 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
             if stop_event is not None and stop_event.is_set():
                 raise _Stopped("stopped by request (SIGTERM/interrupt)")
             now = time.monotonic()
-            new_metric_data = False
-            for nr in runs:
+            def poll_one(nr: _NodeRun) -> bool:
+                """Exit code first, then the new log bytes (so an exited job's log is read complete)."""
                 if nr.job is None or nr.exit_code is not None:
-                    continue
+                    return False
                 try:
+                    code = jobs.exit_code(pool, nr.job)
                     chunk = jobs.read_log(pool, nr.job, nr.offset)
-                    if chunk:
-                        nr.data += chunk
-                        nr.offset += len(chunk)
-                        new_metric_data |= nr.rank in metric_ranks
-                    nr.exit_code = jobs.exit_code(pool, nr.job)
-                    if nr.exit_code is not None:  # read what was written before the exit code
-                        rest = jobs.read_log(pool, nr.job, nr.offset)
-                        nr.data += rest
-                        nr.offset += len(rest)
-                        new_metric_data |= bool(rest) and nr.rank in metric_ranks
+                    nr.data += chunk
+                    nr.offset += len(chunk)
+                    if code is not None:
+                        nr.exit_code, nr.log_complete = code, True
                     nr.first_error_at = None
+                    return bool(chunk) and nr.rank in metric_ranks
                 except RemoteError as exc:
                     node_error(nr, exc, now)
+                    return False
+
+            polled = [nr for nr in runs if nr.job is not None and nr.exit_code is None]
+            if len(polled) > 1:
+                new_metric_data = any(list(poller.map(poll_one, polled)))
+            else:
+                new_metric_data = any(poll_one(nr) for nr in polled)
             if new_metric_data:
                 it = _max_iteration(fw, [runs[r].data for r in metric_ranks])
                 if it > best_iter:
@@ -270,6 +282,8 @@ def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_
         _collect(pool, fw, trial, runs, out, notes)
         raise
     finally:
+        if poller is not None:
+            poller.shutdown(wait=True)
         if status is not TrialStatus.NOT_RUN:
             report("cleanup")
             _cleanup(pool, runtime, runs, run_id, trial, kill_grace_s, notes)
@@ -319,6 +333,44 @@ def _exit_text(nr: "_NodeRun") -> str:
     if nr.exit_code in LAUNCH_EXIT_CODES:
         return f"node {nr.name} could not start the trial (exit {nr.exit_code})"
     return f"node {nr.name} exited with code {nr.exit_code}"
+
+
+#: a node's log/job directories need at least this much free space (KiB) before a trial starts there
+MIN_FREE_KIB = 1024
+
+
+def _space_check_script(paths: list[str]) -> str:
+    """Shell: for each path (or its nearest existing parent) print ``path|<df line>`` and exit
+    jobs.PRECHECK_RC when a filesystem has less than MIN_FREE_KIB free."""
+    walk = "".join(f'p={_q(p)}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; '
+                   f'line="$p|$(df -Pk "$p" | tail -1)"; '
+                   f'a=$(df -Pk "$p" | tail -1 | awk \'{{print $4}}\'); '
+                   f'case "$a" in ""|*[!0-9]*) ;; *) if [ "$a" -lt {MIN_FREE_KIB} ]; then echo "$line"; bad=1; fi;; esac; '
+                   for p in paths)
+    return f"bad=0; {walk}if [ $bad = 1 ]; then exit {jobs.PRECHECK_RC}; fi; exit 0"
+
+
+def _raise_no_space(node: str, output: str) -> None:
+    for line in output.splitlines():
+        path, _, df = line.partition("|")
+        cols = df.split()
+        if len(cols) >= 4 and cols[3].isdigit():
+            raise _LaunchError(f"node {node}: No space left on device for the trial's logs in {path} "
+                               f"({cols[3]} KiB free on the filesystem mounted at {cols[5] if len(cols) > 5 else '?'})")
+    raise _LaunchError(f"node {node}: the start precheck refused the trial: {output[-300:]}")
+
+
+def _check_space(pool: SSHPool, node: str, paths: list[str]) -> None:
+    """Raise a launch error naming the node and the directory when a log/job directory (or its
+    nearest existing parent) has less than MIN_FREE_KIB free: the job could not write its log."""
+    walk = "".join(f'p={_q(p)}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; '
+                   f'echo "{p}|$(df -Pk "$p" | tail -1)"; ' for p in paths)
+    for line in pool.run(node, walk, timeout=30).stdout.splitlines():
+        path, _, df = line.partition("|")
+        cols = df.split()
+        if len(cols) >= 4 and cols[3].isdigit() and int(cols[3]) < MIN_FREE_KIB:
+            raise _LaunchError(f"node {node}: No space left on device for the trial's logs in {path} "
+                               f"({cols[3]} KiB free on the filesystem mounted at {cols[5] if len(cols) > 5 else '?'})")
 
 
 def best_iter_seen(fw, runs: list["_NodeRun"], metric_ranks: list[int]) -> int:
@@ -391,37 +443,44 @@ def _cleanup(pool: SSHPool, runtime: HostRuntime, runs: list[_NodeRun], run_id: 
         if nr.job is not None and nr.exit_code is None:
             jobs.kill_job(pool, nr.job, grace_s=grace)
 
-    def remove(nr: _NodeRun) -> None:
-        runtime.cleanup(pool, nr.name, run_id, trial.key)
-
-    def check(nr: _NodeRun) -> None:
-        left = runtime.leftovers(pool, nr.name, run_id, trial.key)
+    def finish(nr: _NodeRun) -> None:
+        # logs first (SFTP), then one round trip: containers removed, job dir removed, leftovers listed
+        _collect_one(pool, nr, notes)
+        extra = ""
+        if nr.job is not None and nr.log_complete:
+            extra = jobs.build_posix_cleanup_command(nr.job.paths.job_dir, nr.job.paths.base_dir)
+        left = runtime.finish(pool, nr.name, run_id, trial.key, extra)
         deadline = time.monotonic() + grace
         while left and time.monotonic() < deadline:
             time.sleep(0.3)
-            runtime.cleanup(pool, nr.name, run_id, trial.key)
-            left = runtime.leftovers(pool, nr.name, run_id, trial.key)
+            left = runtime.finish(pool, nr.name, run_id, trial.key)
         if left:
             notes.append(f"node {nr.name} not idle after cleanup: {', '.join(left[:5])}")
 
     phase(kill)
-    phase(remove)
-    phase(check)
+    phase(finish)
+
+
+def _collect_one(pool: SSHPool, nr: "_NodeRun", notes: list[str]) -> None:
+    """Finish reading a node's log over SFTP (what the poll loop has not read yet)."""
+    if nr.job is None or nr.unreachable or nr.log_complete:
+        return
+    try:
+        rest = jobs.read_log(pool, nr.job, nr.offset)
+        nr.data += rest
+        nr.offset += len(rest)
+        nr.log_complete = True
+    except RemoteError as exc:
+        notes.append(f"log of node {nr.name} may be incomplete: {exc}")
 
 
 def _collect(pool: SSHPool, fw, trial: Trial, runs: list[_NodeRun], out: Path, notes: list[str]) -> None:
-    """Finish reading each node's log over SFTP and write it at the seeds' path (also for failures)."""
+    """Write each node's log at the seeds' path (also for failed trials and unreachable nodes:
+    whatever was streamed before the node went away)."""
     for nr in runs:
         if nr.job is None:
             continue
-        if not nr.unreachable:
-            try:
-                rest = jobs.read_log(pool, nr.job, nr.offset)
-                nr.data += rest
-                nr.offset += len(rest)
-                jobs.remove_job_dir(pool, nr.job)
-            except RemoteError as exc:
-                notes.append(f"log of node {nr.name} may be incomplete: {exc}")
+        _collect_one(pool, nr, notes)
         dest = out / fw.log_relpath(trial, nr.rank)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(bytes(nr.data))

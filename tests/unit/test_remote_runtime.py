@@ -106,3 +106,21 @@ def test_hostile_values_arrive_literally_over_ssh(node, tmp_path):
     import os
 
     assert not os.path.exists("/tmp/dlperf_pwned_rt")
+
+
+def test_trial_process_check_finds_tagged_processes(node):
+    """The /proc scan sees a process carrying DLPERF_TRIAL=<key> and nothing once it is gone."""
+    _, cluster = node
+    import subprocess as sp
+
+    proc = sp.Popen(["sleep", "30"], env={"DLPERF_TRIAL": "k123", "PATH": "/usr/bin:/bin"})
+    try:
+        with SSHPool(cluster) as pool:
+            found = rt.HostRuntime().leftovers(pool, "node1", "r", "k123")
+            assert found == [f"process {proc.pid}"]
+            assert rt.HostRuntime().leftovers(pool, "node1", "r", "k12") == []
+            proc.kill()
+            proc.wait()
+            assert rt.HostRuntime().finish(pool, "node1", "r", "k123") == []
+    finally:
+        proc.kill()

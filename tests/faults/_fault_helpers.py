@@ -1,0 +1,120 @@
+"""Helpers shared by the fault-matrix and security tests (tests/faults/test_fault_*.py,
+tests/faults/test_security_*.py).
+
+Everything runs for real on a PRIVATE simulated cluster (``fault_sim``: 3 sshd nodes, own
+registry on 127.0.0.1:5077, addresses 127.0.77.*), so the tests may kill nodes, stop the
+registry or fill disks without disturbing the shared ``sim_cluster``. GPUs are simulated:
+the stand-in trainer replays the frameworks' log formats (docker/standin/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dlperf_tasks.catalog.loader import load_suite
+from dlperf_tasks.remote.inventory import Cluster
+from dlperf_tasks.remote.runtime import trial_process_check_command
+from dlperf_tasks.remote.ssh import SSHPool
+
+ROOT = Path(__file__).resolve().parents[2]
+FAULT_CLUSTER = "fault-matrix"
+FAULT_NET = "127.0.77"
+FAULT_REGISTRY_PORT = 5077
+
+
+@pytest.fixture
+def fault_sim(sim_cluster_factory, monkeypatch):
+    """The private 3-node cluster with its registry credentials in os.environ. Every node is
+    revived (and the registry restarted) after the test, whatever the test broke."""
+    sim = sim_cluster_factory(FAULT_CLUSTER, nodes=3, net=FAULT_NET, registry_port=FAULT_REGISTRY_PORT)
+    for k, v in sim.env.items():
+        monkeypatch.setenv(k, v)
+    yield sim
+    for n in sim.nodes:
+        if not sim.node_is_up(n.name):
+            sim.revive_node(n.name)
+    if sim.health():  # e.g. the registry was stopped: `up` restarts what is down (warm, ~2 s)
+        sim_cluster_factory(FAULT_CLUSTER, nodes=3, net=FAULT_NET, registry_port=FAULT_REGISTRY_PORT)
+
+
+def sim_suite(tmp_path: Path, base: str, tag: str, speeds: dict, *, env: dict | None = None,
+              mounts: list[str] | None = None, launcher: dict | None = None, **over):
+    """A copy of catalog suite ``base`` running the stand-in fast at the given global speeds.
+    Writes ``<tmp_path>/<id>.yaml`` and loads it like any suite file."""
+    data = yaml.safe_load((ROOT / f"dlperf_tasks/catalog/suites/{base}.yaml").read_text())
+    data["id"] = f"{base}-{tag}"
+    data["env"] = {"DLPERF_STANDIN_TIME_SCALE": "0.02",
+                   **{f"DLPERF_STANDIN_SPEED_{t.upper()}": str(v) for t, v in speeds.items()}, **(env or {})}
+    if data.get("container"):
+        data["container"]["mounts"] = list(data["container"].get("mounts") or []) + list(mounts or [])
+    if base == "pytorch-bert":  # where the stand-in image keeps DeepLearningExamples' BERT
+        data.setdefault("launcher", {})["workdir"] = "/workspace/examples/bert"
+    data["launcher"] = {**(data.get("launcher") or {}), **(launcher or {})}
+    data["window"] = {"warmup": 5, "measure": 20}
+    data["topologies"] = list(speeds)
+    data["timeout_s"], data["hang_timeout_s"] = 120, 60
+    data.update(over)
+    p = tmp_path / f"{data['id']}.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return load_suite(str(p))
+
+
+def leftovers(sim, run_id: str, trial_keys=None) -> list[str]:
+    """What a run left on the cluster: containers labelled with the run, processes carrying
+    ``DLPERF_TRIAL=<key>`` of the run's trials (``trial_keys``; default: every trial file's key under
+    nothing -> only containers and leases), leases (on every node that is up). Empty = clean.
+
+    Processes are matched by trial key because all simulated nodes share this machine's /proc,
+    so other sessions' trials are visible too."""
+    found = [f"container {c['Names']} ({c['Labels'].get('dlperf.node')})" for c in sim.containers(f"dlperf.run={run_id}")]
+    c = Cluster.from_yaml(sim.yaml_path)
+    with SSHPool(c) as pool:
+        for n in c.names:
+            if not sim.node_is_up(n):
+                continue
+            for key in trial_keys or ():
+                pids = pool.run(n, trial_process_check_command(key), timeout=60).stdout.split()
+                found += [f"process {p} of trial {key} on {n}" for p in pids]
+            wd = c.node(n).workdir
+            if pool.run(n, f"test -e {wd}/.lease && cat {wd}/.lease/run_id").stdout.strip() == run_id:
+                found.append(f"lease of {run_id} on {n}")
+    return found
+
+
+def run_leftovers(sim, res) -> list[str]:
+    """:func:`leftovers` of a finished :class:`dlperf_tasks.sweep.SweepResult`."""
+    return leftovers(sim, res.result["run"]["run_id"], sorted({r.trial.key for r in res.all}))
+
+
+def no_containers_of_nodes(sim) -> list[dict]:
+    """Containers labelled with a dlperf.run on this private cluster's nodes' names AND started by
+    a sweep (dlperf.trial label): other engineers' clusters reuse the names node1.., so callers
+    filter by run id; this is for a final sanity check only."""
+    return [c for c in sim.containers("dlperf.trial") if c["Labels"].get("dlperf.run", "").startswith("fault-")]
+
+
+def read_trials(out: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((out / "trials").glob("*.json"))]
+
+
+def logs_under(out: Path) -> list[Path]:
+    return sorted(p for p in (out / "logs").rglob("*.log"))
+
+
+def registry_pid(sim) -> int | None:
+    """PID of the private cluster's registry process (state.json's ``registry_pid``), if it runs."""
+    sim.reload()
+    pid = sim.state.get("registry_pid")
+    if not pid:
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return None
+    return int(pid)

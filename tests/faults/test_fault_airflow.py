@@ -1,0 +1,190 @@
+"""Airflow-level faults on the private simulated cluster (real sshd nodes, dockerd, registry; GPUs
+simulated by the stand-in trainer), with the real ``dlperf_pytorch`` DAG run by ``dag.test()`` in
+CHILD PROCESSES (a child is the Airflow worker: it runs the tasks), against the session's
+real Airflow metadata DB (tests/fixtures/airflow_env.py):
+
+* the worker process is SIGKILLed in the middle of the sweep (trials done, one in flight), then
+  the DAG run is cleared and run again (``dag.test`` with the same logical date): only the
+  missing or invalid trials run again, every trial is counted once in result.json, and nothing
+  of the killed worker's trial is left running;
+* two DAG runs at once plus a ``dlperf sweep`` from the CLI at once, on the same nodes: no node
+  ever runs two trials at the same time (node leases), and every run completes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.faults._fault_helpers import ROOT, fault_sim, sim_suite  # noqa: F401 (fixture)
+from tests.integration.dag_cluster_helpers import site_catalog
+
+pytestmark = [pytest.mark.cluster, pytest.mark.airflow, pytest.mark.slow]
+
+CHILD = r"""
+import datetime as dt, json, sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from tests.integration.dag_cluster_helpers import build_pytorch_dag, cluster_settings, state, task_states
+cfg = cluster_settings(Path({yaml!r}), {store!r}, Path({work!r}), lease_wait_s=240, trial_retries=0)
+dag = build_pytorch_dag(cfg)
+when = dt.datetime.fromisoformat(sys.argv[1])  # same logical date + run_after = the same DAG run (cleared, re-run)
+dr = dag.test(logical_date=when, run_after=when, run_conf=json.loads(sys.argv[2]))
+print("DAGRUN " + json.dumps({{"state": state(dr), "run_id": dr.run_id,
+                             "tasks": {{f"{{t}}:{{i}}": s for (t, i), s in task_states(dr).items()}}}}), flush=True)
+"""
+
+
+def _child(tmp_path: Path, sim, work: Path, name: str) -> Path:
+    script = tmp_path / f"{name}.py"
+    script.write_text(CHILD.format(root=str(ROOT), yaml=str(sim.yaml_path), store=f"file://{tmp_path / 'store'}",
+                                   work=str(work)))
+    return script
+
+
+def _start(script: Path, logical_date: str, conf: dict, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(script), logical_date, json.dumps(conf)], stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, start_new_session=True, cwd=str(ROOT))
+
+
+def _dagrun(log: Path) -> dict:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("DAGRUN ")]
+    assert lines, f"the DAG run did not finish; log tail:\n{log.read_text(errors='replace')[-3000:]}"
+    return json.loads(lines[-1][len("DAGRUN "):])
+
+
+def _run_dirs(work: Path) -> list[Path]:
+    return sorted(p.parent for p in work.glob("*/plan.json"))
+
+
+def _ok_trials(run_dir: Path) -> dict[str, dict]:
+    out = {}
+    for p in (run_dir / "trials").glob("*.json"):
+        try:
+            d = json.loads(p.read_text())
+        except ValueError:
+            continue
+        if d.get("status") == "OK":
+            out[p.stem] = d
+    return out
+
+
+def _date(offset_s: int = 0) -> str:
+    import datetime as dt
+
+    return (dt.datetime.now(dt.timezone.utc).replace(microsecond=0) - dt.timedelta(seconds=offset_s)).isoformat()
+
+
+def test_worker_killed_mid_sweep_then_cleared_rerun_runs_only_missing(airflow_db, fault_sim, tmp_path, monkeypatch):
+    sim = fault_sim
+    n_trials = 5
+    monkeypatch.setenv("DLPERF_CATALOG_PATH",
+                       str(site_catalog(tmp_path / "catalog", "pytorch-bert", {"1n1g": 100.0}, time_scale=0.3)))
+    work = tmp_path / "work"
+    script = _child(tmp_path, sim, work, "worker")
+    conf = {"topologies": ["1n1g"], "trials": n_trials, "precisions": ["fp32"], "batch_sizes": [32]}
+    date = _date()
+
+    first = _start(script, date, conf, tmp_path / "first.log")
+    run_dir, done, deadline = None, {}, time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and first.poll() is None:
+            dirs = _run_dirs(work)
+            run_dir = dirs[0] if dirs else None
+            if run_dir is not None:
+                done = _ok_trials(run_dir)
+                in_flight = sim.containers(f"dlperf.run={run_dir.name}", all=False)
+                if len(done) >= 2 and in_flight:
+                    break
+            time.sleep(0.3)
+        assert first.poll() is None, f"the worker ended before it could be killed:\n{(tmp_path / 'first.log').read_text()[-3000:]}"
+        assert run_dir is not None and len(done) >= 2
+        os.killpg(first.pid, signal.SIGKILL)  # the Airflow worker dies mid-sweep
+        killed_at = time.time()
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    done = _ok_trials(run_dir)  # what was valid when the worker died
+    assert 2 <= len(done) < n_trials
+
+    second = _start(script, date, conf, tmp_path / "second.log")  # same logical date = clear + re-run that DAG run
+    second.wait(400)
+    dr = _dagrun(tmp_path / "second.log")
+    assert dr["state"] == "success", dr["tasks"]
+    assert _run_dirs(work) == [run_dir], "the re-run must reuse the DAG run's run directory"
+
+    result = json.loads((run_dir / "result.json").read_text())
+    (cell,) = result["cells"]
+    trials = cell["trials"]
+    assert len(trials) == n_trials and len({t["trial_id"] for t in trials}) == n_trials  # none counted twice
+    assert cell["n_valid"] == n_trials and cell["median_speed"] == 100.0
+    by_key = {t["trial_key"]: t for t in trials}
+    for key, before in done.items():  # valid before the kill: reused, not run again
+        assert by_key[key]["started_at"] == pytest.approx(before["started_at"]), key
+    rerun = [t for k, t in by_key.items() if k not in done]
+    assert rerun and all(t["started_at"] > killed_at for t in rerun)
+    # nothing of the killed worker's trial is left running on the nodes
+    assert sim.containers(f"dlperf.run={run_dir.name}") == []
+    assert json.loads((work / "last-pytorch.json").read_text())["published"][0]["run_id"] == run_dir.name
+
+
+def test_two_dag_runs_and_a_cli_sweep_never_share_a_node(airflow_db, fault_sim, tmp_path, monkeypatch):
+    sim = fault_sim
+    monkeypatch.setenv("DLPERF_CATALOG_PATH",
+                       str(site_catalog(tmp_path / "catalog", "pytorch-bert", {"1n1g": 100.0, "2n8g": 1500.0},
+                                        time_scale=0.1)))
+    work = tmp_path / "work"
+    script = _child(tmp_path, sim, work, "dagruns")
+    conf = {"topologies": ["1n1g", "2n8g"], "trials": 2, "precisions": ["fp32"], "batch_sizes": [32]}
+    suite = sim_suite(tmp_path, "pytorch-bert", "concurrent", {"1n1g": 100.0, "2n8g": 1500.0},
+                      env={"DLPERF_STANDIN_TIME_SCALE": "0.1"})
+    suite_file = tmp_path / f"{suite.id}.yaml"
+    sweep_out = tmp_path / "sweep-out"
+    procs = {
+        "dag1": _start(script, _date(0), conf, tmp_path / "dag1.log"),
+        "dag2": _start(script, _date(3600), conf, tmp_path / "dag2.log"),
+        "cli": subprocess.Popen([sys.executable, "-m", "dlperf_tasks", "sweep", "--suite", str(suite_file),
+                                 "--cluster", str(sim.yaml_path), "--out", str(sweep_out), "--precisions", "fp32",
+                                 "--batch-sizes", "32", "--trials", "2", "--no-env-capture",
+                                 "--wait-for-nodes", "300"],
+                                stdout=open(tmp_path / "cli.log", "w"), stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=str(ROOT)),
+    }
+    try:
+        for p in procs.values():
+            p.wait(560)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert procs["cli"].returncode == 0, (tmp_path / "cli.log").read_text()[-3000:]
+    for name in ("dag1", "dag2"):
+        dr = _dagrun(tmp_path / f"{name}.log")
+        assert dr["state"] == "success", (name, dr["tasks"])
+
+    spans = []  # (node, start, end, owner)
+    run_dirs = _run_dirs(work)
+    assert len(run_dirs) == 2
+    for rd in run_dirs:
+        for p in (rd / "trials").glob("*.json"):
+            d = json.loads(p.read_text())
+            assert d["status"] == "OK", d["reason"]
+            spans += [(n, d["started_at"], d["finished_at"], f"{rd.name}/{p.stem}") for n in d["nodes"]]
+    for p in (sweep_out / "trials").glob("*.json"):
+        t = json.loads(p.read_text())["trial"]
+        assert t["status"] == "OK", t["reason"]
+        spans += [(n, t["started_at"], t["finished_at"], f"cli/{p.stem}") for n in t["node_names"]]
+    assert len(spans) == 3 * (2 * 1 + 2 * 2)  # 3 runs x (2 one-node + 2 two-node trials)
+    clashes = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:]
+               if a[0] == b[0] and a[3] != b[3] and a[1] < b[2] and b[1] < a[2]]
+    assert clashes == [], clashes[:3]
+    for rd in run_dirs:
+        assert sim.containers(f"dlperf.run={rd.name}") == []
