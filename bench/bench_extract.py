@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="size of the single huge log (default: 1/4 of --size-mb, at least 5)")
     ap.add_argument("--no-tar", action="store_true", help="skip the .tar.gz run")
     ap.add_argument("--tracemalloc", action="store_true", help="always run the tracemalloc attribution")
+    ap.add_argument("--no-tracemalloc", action="store_true",
+                    help="never run the tracemalloc attribution (it takes minutes on large trees)")
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temp dir, removed)")
     ap.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
     a = ap.parse_args(argv)
@@ -256,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         print(goal("extraction speed (one core)", overall, GOAL_MBPS, lower_is_better=False, unit="MB/s"))
         print(goal(f"streaming: one {big_b / 1e6:.0f} MB log", rb["peak_rss_mib"], GOAL_BIGFILE_MIB, unit="MiB"))
 
-        if a.tracemalloc or growth > ATTRIBUTE_GROWTH_MIB_PER_100MB or rb["peak_rss_mib"] > GOAL_BIGFILE_MIB:
+        if a.no_tracemalloc:
+            pass
+        elif a.tracemalloc or growth > ATTRIBUTE_GROWTH_MIB_PER_100MB or rb["peak_rss_mib"] > GOAL_BIGFILE_MIB:
             which = tmp / "big" if rb["peak_rss_mib"] > GOAL_BIGFILE_MIB else tmp / "quarter" / "mxnet_bert"
             print(f"\ntracemalloc: what is still held after extract_tree({which.name}) returns (largest first):")
             rm = run_worker(me, {"suite": "mxnet-bert", "path": str(which), "tracemalloc": True})

@@ -18,11 +18,13 @@ Use :func:`extract_tree` for a tree on disk (``dlperf extract``, the sweep, Airf
 from __future__ import annotations
 
 import io
+import lzma
 import os
 import re
 import sys
 import tarfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
@@ -120,10 +122,15 @@ class _Source:
         self.tar: tarfile.TarFile | None = None
         self.members: dict[str, tarfile.TarInfo] = {}
         if root.is_file():
-            if not tarfile.is_tarfile(root):
+            try:
+                is_tar = tarfile.is_tarfile(root)
+                if is_tar:
+                    self.tar = tarfile.open(root, "r:*")  # reads headers only; members are streamed on demand
+            except _ARCHIVE_ERRORS as exc:
+                raise ExtractError(f"archive {root} is truncated or corrupt: {type(exc).__name__}: {exc}") from None
+            if not is_tar:
                 raise ExtractError(f"--log-dir {root} is a file but not a tar archive; give a directory of logs "
                                    "or a .tar/.tar.gz of one")
-            self.tar = tarfile.open(root, "r:*")  # reads headers only; members are streamed on demand
 
     def close(self) -> None:
         if self.tar is not None:
@@ -131,11 +138,15 @@ class _Source:
 
     def walk(self) -> Iterator[str]:
         if self.tar is not None:
-            for m in self.tar:  # iterating reads the member headers, not their data
-                if m.isfile():
-                    rel = str(PurePosixPath(m.name.lstrip("./") or m.name))
-                    self.members[rel] = m
-                    yield rel
+            try:
+                for m in self.tar:  # iterating reads the member headers, not their data
+                    if m.isfile():
+                        rel = str(PurePosixPath(m.name.lstrip("./") or m.name))
+                        self.members[rel] = m
+                        yield rel
+            except _ARCHIVE_ERRORS as exc:
+                raise ExtractError(f"archive {self.root} is truncated or corrupt after {len(self.members)} "
+                                   f"file(s): {type(exc).__name__}: {exc}") from None
             return
         for dirpath, dirnames, filenames in os.walk(self.root):
             dirnames.sort()
@@ -148,8 +159,21 @@ class _Source:
             fh = self.tar.extractfile(self.members[rel])
             if fh is None:
                 return iter(())
-            return _decode_stream(fh)
+            return _archive_guard(_decode_stream(fh), f"{rel} in archive {self.root}")
         return _decode_stream(open(self.root / rel, "rb"))
+
+
+#: what a truncated/corrupt .tar(.gz|.bz2|.xz) raises while it is read
+_ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError)
+
+
+def _archive_guard(lines: Iterator[str], what: str) -> Iterator[str]:
+    """Re-raise a decompression error in the middle of a member as OSError (the trial is then
+    INVALID_LOG "cannot read ..." instead of the whole extraction dying with a traceback)."""
+    try:
+        yield from lines
+    except _ARCHIVE_ERRORS as exc:
+        raise OSError(f"{what} is truncated or corrupt ({type(exc).__name__}: {exc})") from None
 
 
 def _decode_stream(fh) -> Iterator[str]:

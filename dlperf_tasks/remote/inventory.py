@@ -32,6 +32,7 @@ YAML shape (every node key may also be given once under ``defaults``)::
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -46,6 +47,7 @@ _NODE_KEYS = {
     "workdir", "data_dir", "mounts", "known_hosts", "strict_host_key_checking", "address", "connect_timeout",
     "labels", "mpi_ssh_port",
 }
+_ADDRESS_RE = re.compile(r"^[A-Za-z0-9_\[][A-Za-z0-9_.:%\[\]-]*$")
 _BOOL_TRUE = {"1", "true", "yes", "on"}
 _BOOL_FALSE = {"0", "false", "no", "off"}
 
@@ -96,12 +98,24 @@ class Node:
     mpi_ssh_port: int | None = None
 
     def __post_init__(self):
-        if not self.name or "/" in self.name or self.name.strip() != self.name:
+        if (not self.name or "/" in self.name or self.name.strip() != self.name
+                or any(ord(c) < 32 or ord(c) == 127 for c in self.name)):
             raise RemoteError(f"inventory: invalid node name {self.name!r}")
         if not self.host:
             raise RemoteError(f"inventory: node {self.name} has no host")
+        # host/address end up in commands (MASTER_ADDR, mpirun -H, /dev/tcp probes): plain
+        # host names and IPv4/IPv6 literals only, never shell syntax
+        for key, value in (("host", self.host), ("address", self.address)):
+            if value is not None and not _ADDRESS_RE.match(value):
+                raise RemoteError(f"inventory: node {self.name}: invalid {key} {value!r} "
+                                  f"(a host name, IPv4 or IPv6 address)")
         if not self.workdir.startswith("/"):
             raise RemoteError(f"inventory: node {self.name}: workdir must be an absolute path, got {self.workdir!r}")
+        # the detached-job wrapper (remote/jobs.py, vendored from the Airflow SSH provider) puts
+        # paths under workdir inside double quotes of a nested script, where $ ` " \ would be evaluated
+        if any(c in self.workdir for c in '$`"\\') or any(ord(c) < 32 or ord(c) == 127 for c in self.workdir):
+            raise RemoteError(f"inventory: node {self.name}: workdir {self.workdir!r} must not contain "
+                              f"$ ` \" \\ or control characters")
 
     @property
     def peer_address(self) -> str:

@@ -65,38 +65,34 @@ def sim_suite(tmp_path: Path, base: str, tag: str, speeds: dict, *, env: dict | 
     return load_suite(str(p))
 
 
-def leftovers(sim, run_id: str, trial_keys=None) -> list[str]:
-    """What a run left on the cluster: containers labelled with the run, processes carrying
-    ``DLPERF_TRIAL=<key>`` of the run's trials (``trial_keys``; default: every trial file's key under
-    nothing -> only containers and leases), leases (on every node that is up). Empty = clean.
+def leftovers(sim, run_id: str, trial_keys=()) -> list[str]:
+    """What a run left on the cluster (empty = clean): containers labelled with the run, processes
+    carrying ``DLPERF_TRIAL=<key>`` for the given trial keys, the run's lease or scratch directory
+    on any node that is up.
 
     Processes are matched by trial key because all simulated nodes share this machine's /proc,
     so other sessions' trials are visible too."""
+    from dlperf_tasks.remote.runtime import safe_name
+
     found = [f"container {c['Names']} ({c['Labels'].get('dlperf.node')})" for c in sim.containers(f"dlperf.run={run_id}")]
     c = Cluster.from_yaml(sim.yaml_path)
     with SSHPool(c) as pool:
-        for n in c.names:
-            if not sim.node_is_up(n):
-                continue
-            for key in trial_keys or ():
-                pids = pool.run(n, trial_process_check_command(key), timeout=60).stdout.split()
-                found += [f"process {p} of trial {key} on {n}" for p in pids]
-            wd = c.node(n).workdir
+        up = [n for n in c.names if sim.node_is_up(n)]
+        for key in trial_keys:  # one /proc for every node: ask one of them
+            pids = pool.run(up[0], trial_process_check_command(key), timeout=60).stdout.split()
+            found += [f"process {p} of trial {key}" for p in pids]
+        for n in up:
+            wd = c.node(n).workdir.rstrip("/")
             if pool.run(n, f"test -e {wd}/.lease && cat {wd}/.lease/run_id").stdout.strip() == run_id:
                 found.append(f"lease of {run_id} on {n}")
+            if Path(f"{wd}/runs/{safe_name(run_id)}").exists():
+                found.append(f"scratch directory of {run_id} on {n}")
     return found
 
 
 def run_leftovers(sim, res) -> list[str]:
     """:func:`leftovers` of a finished :class:`dlperf_tasks.sweep.SweepResult`."""
     return leftovers(sim, res.result["run"]["run_id"], sorted({r.trial.key for r in res.all}))
-
-
-def no_containers_of_nodes(sim) -> list[dict]:
-    """Containers labelled with a dlperf.run on this private cluster's nodes' names AND started by
-    a sweep (dlperf.trial label): other engineers' clusters reuse the names node1.., so callers
-    filter by run id; this is for a final sanity check only."""
-    return [c for c in sim.containers("dlperf.trial") if c["Labels"].get("dlperf.run", "").startswith("fault-")]
 
 
 def read_trials(out: Path) -> list[dict]:

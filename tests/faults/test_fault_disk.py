@@ -52,5 +52,6 @@ def test_full_log_directory_names_node_and_path(fault_sim, tmp_path):
         assert "node2" in r.reason, r.reason
         assert str(jobs_dir) in r.reason and "No space left on device" in r.reason, r.reason
     assert all(r.status == TrialStatus.OK for r in on3), [r.reason for r in on3]
+    assert all(r.log_paths and all((out / lp).is_file() for lp in r.log_paths) for r in on3)  # logs kept
     assert len(read_trials(out)) == 2 and (out / "result.json").is_file()
     assert run_leftovers(sim, res) == []

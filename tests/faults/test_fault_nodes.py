@@ -42,6 +42,7 @@ def test_node_unreachable_before_the_sweep(fault_sim, tmp_path):
     # the others ran on the node that is up
     assert [r.status for r in by["1n1g"]] == [TrialStatus.OK, TrialStatus.OK], [r.reason for r in by["1n1g"]]
     assert all(r.nodes == ["node1"] for r in by["1n1g"])
+    assert all(r.log_paths and all((out / lp).is_file() for lp in r.log_paths) for r in by["1n1g"])  # logs kept
     # every trial has its trial file (a clear status and reason), result.json/report.md written
     files = read_trials(out)
     assert len(files) == 4 and all(f["trial"]["status"] and (f["trial"]["status"] == "OK" or f["trial"]["reason"])

@@ -65,17 +65,20 @@ def state(dr) -> str:
     return str(getattr(dr.state, "value", dr.state))
 
 
-def assert_cluster_idle(sim, run_id: str) -> None:
-    """Nothing of ``run_id`` is left on the nodes: containers, trial processes, leases, scratch dirs."""
+def assert_cluster_idle(sim, run_id: str, trial_keys: list[str]) -> None:
+    """Nothing of ``run_id`` is left on the nodes: containers, processes of its trials (other
+    sessions' trials may run on the shared cluster), its leases, its scratch directories."""
+    from dlperf_tasks.airflow.tasks import run_leftovers
     from dlperf_tasks.remote.inventory import Cluster
-    from dlperf_tasks.remote.runtime import safe_name, trial_process_check_command
+    from dlperf_tasks.remote.runtime import DockerRuntime, safe_name
     from dlperf_tasks.remote.ssh import SSHPool
 
+    assert trial_keys
     assert sim.containers(f"dlperf.run={run_id}") == []
     c = Cluster.from_yaml(sim.yaml_path)
     with SSHPool(c) as pool:
         for n in c.names:
-            assert pool.run(n, trial_process_check_command(), timeout=60).stdout.split() == [], n
+            assert run_leftovers(pool, DockerRuntime.__new__(DockerRuntime), n, run_id, trial_keys) == [], n
             wd = c.node(n).workdir.rstrip("/")
             lease = pool.run(n, f"cat {wd}/.lease/run_id 2>/dev/null || true", timeout=30).stdout.strip()
             assert lease != run_id, f"{n}: lease of {run_id} not released"

@@ -118,4 +118,4 @@ def test_pytorch_dag_on_cluster_publishes_exact_results_to_s3(airflow_db, sim_cl
     assert [r["run_id"] for r in index["runs"]] == [run_id]
 
     print("containers labelled dlperf.run now:", [(c["ID"][:12], c["Labels"]) for c in sim.containers("dlperf.run")])
-    assert_cluster_idle(sim, run_id)
+    assert_cluster_idle(sim, run_id, [t["trial_key"] for c in local["cells"] for t in c["trials"]])

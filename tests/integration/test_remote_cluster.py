@@ -30,6 +30,7 @@ from dlperf_tasks.sweep import SweepOptions, run_sweep
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
+WAIT = 400  # the shared simulated cluster may be leased by another session's sweep: wait for it
 PT_SPEEDS = {"1n1g": 101.5, "1n8g": 790.25, "2n8g": 1500.5, "4n8g": 2900.75}
 
 
@@ -61,24 +62,29 @@ def records(cluster, tag: str) -> dict[str, list[dict]]:
     return out
 
 
-def assert_idle(sim, run_id: str | None = None) -> None:
-    """No container labelled with the run (or any dlperf.run) and no process carrying DLPERF_TRIAL."""
-    label = f"dlperf.run={run_id}" if run_id else "dlperf.run"
-    assert sim.containers(label) == []
+def assert_idle(sim, res) -> None:
+    """No container labelled with the sweep's run id and no process carrying one of its trials'
+    DLPERF_TRIAL on any node (other sessions may use the shared cluster at the same time)."""
+    run_id = res.result["run"]["run_id"]
+    assert sim.containers(f"dlperf.run={run_id}") == []
     c = Cluster.from_yaml(sim.yaml_path)
+    keys = {r.trial.key for r in res.all}
     with SSHPool(c) as pool:
         for n in c.names:
             if sim.node_is_up(n):
-                assert pool.run(n, trial_process_check_command(), timeout=60).stdout.split() == [], n
+                for k in keys:
+                    assert pool.run(n, trial_process_check_command(k), timeout=60).stdout.split() == [], (n, k)
                 wd = c.node(n).workdir
-                assert pool.run(n, f"ls {wd}/.lease 2>/dev/null || true").stdout.strip() == "", n
+                out = pool.run(n, f"cat {wd}/.lease/run_id 2>/dev/null || true").stdout.strip()
+                assert out != run_id, n
 
 
 def test_per_node_sweep_1n1g_to_4n8g_exact(sim_cluster_env, tmp_path):
     sim = sim_cluster_env
     suite = sim_suite(tmp_path, "pytorch-bert", "pt", PT_SPEEDS)
     p = plan(suite, {"precisions": "fp32", "batch_sizes": "32", "trials": 1})
-    res = run_sweep(suite, p, Cluster.from_yaml(sim.yaml_path), tmp_path / "out", SweepOptions(progress=None))
+    res = run_sweep(suite, p, Cluster.from_yaml(sim.yaml_path), tmp_path / "out",
+                    SweepOptions(progress=None, lease_wait_s=WAIT))
     cells = {c["topology"]: c for c in res.result["cells"]}
     assert {t: cells[t]["median_speed"] for t in PT_SPEEDS} == PT_SPEEDS, [(t.trial.id, t.reason) for t in res.all]
     assert cells["4n8g"]["trials"][0]["node_names"] == ["node1", "node2", "node3", "node4"]
@@ -92,7 +98,7 @@ def test_per_node_sweep_1n1g_to_4n8g_exact(sim_cluster_env, tmp_path):
         assert {r["env"]["MASTER_ADDR"] for r in four[name]} == {master}
         assert all("--train_batch_size=32" in r["argv"] for r in four[name])
     assert (tmp_path / "out" / "report.md").exists()
-    assert_idle(sim, res.result["run"]["run_id"])
+    assert_idle(sim, res)
 
 
 def test_mpi_sweep_exact(sim_cluster_env, tmp_path):
@@ -102,7 +108,7 @@ def test_mpi_sweep_exact(sim_cluster_env, tmp_path):
     p = plan(suite, {"batch_sizes": "32", "trials": 1})
     # the simulated nodes' own sshd listens on 2222, the suite's container sshd port: use another
     res = run_sweep(suite, p, Cluster.from_yaml(sim.yaml_path), tmp_path / "out",
-                    SweepOptions(progress=None, mpi_ssh_port=2223))
+                    SweepOptions(progress=None, mpi_ssh_port=2223, lease_wait_s=WAIT))
     cells = {c["topology"]: c for c in res.result["cells"]}
     assert {t: cells[t]["median_speed"] for t in speeds} == speeds, [t.reason for t in res.all]
     recs = records(sim, "mx")
@@ -110,7 +116,7 @@ def test_mpi_sweep_exact(sim_cluster_env, tmp_path):
     nodes = cells["2n8g"]["trials"][0]["node_names"]
     assert sorted(two[nodes[0]] + two[nodes[1]]) == list(range(16))
     assert two[nodes[0]] == list(range(8))  # mpirun -H fills node 0 first (-map-by slot)
-    assert_idle(sim, res.result["run"]["run_id"])
+    assert_idle(sim, res)
 
 
 def test_hang_detected_within_limit(sim_cluster_env, tmp_path):
@@ -120,7 +126,7 @@ def test_hang_detected_within_limit(sim_cluster_env, tmp_path):
     p = plan(suite, {"precisions": "fp32", "batch_sizes": "32", "trials": 1})
     t0 = time.monotonic()
     res = run_sweep(suite, p, Cluster.from_yaml(sim.yaml_path), tmp_path / "out",
-                    SweepOptions(progress=None, retries=0, nodes=["node4"], capture_env=False))
+                    SweepOptions(progress=None, retries=0, nodes=["node4"], capture_env=False, lease_wait_s=WAIT))
     (r,) = res.ran
     assert r.status == TrialStatus.HANG and "after iteration 8" in r.reason
     assert r.finished_at - r.started_at < 5 + 10
@@ -128,7 +134,7 @@ def test_hang_detected_within_limit(sim_cluster_env, tmp_path):
     assert "Training Epoch" in log.read_text()
     assert time.monotonic() - t0 < 60
     records(sim, "hang")
-    assert_idle(sim, res.result["run"]["run_id"])
+    assert_idle(sim, res)
 
 
 def test_wrong_registry_password_fails_before_any_trial(sim_cluster_env, tmp_path, monkeypatch):
@@ -138,10 +144,9 @@ def test_wrong_registry_password_fails_before_any_trial(sim_cluster_env, tmp_pat
     p = plan(suite, {"precisions": "fp32", "batch_sizes": "32", "trials": 1})
     with pytest.raises(RemoteError, match=r"docker login to registry 127\.0\.0\.1:\d+ as .* failed on node node\d"):
         run_sweep(suite, p, Cluster.from_yaml(sim.yaml_path), tmp_path / "out",
-                  SweepOptions(progress=None, capture_env=False))
+                  SweepOptions(progress=None, capture_env=False, lease_wait_s=WAIT))
     assert not (tmp_path / "out" / "trials").exists()
     assert "wrong-password" not in subprocess.run(["ps", "axww"], capture_output=True, text=True).stdout
-    assert_idle(sim)
 
 
 def test_node_killed_mid_trial(sim_cluster_factory, tmp_path, monkeypatch):
@@ -172,7 +177,8 @@ def test_node_killed_mid_trial(sim_cluster_factory, tmp_path, monkeypatch):
     th.start()
     try:
         res = run_sweep(suite, p, cluster, tmp_path / "out",
-                        SweepOptions(progress=None, unreachable_grace_s=3, capture_env=False, policy="sequential"))
+                        SweepOptions(progress=None, unreachable_grace_s=3, capture_env=False, policy="sequential",
+                                     lease_wait_s=WAIT))
     finally:
         th.join()
         sim.revive_node("node2")
@@ -186,4 +192,5 @@ def test_node_killed_mid_trial(sim_cluster_factory, tmp_path, monkeypatch):
     assert [r.status for r in by_topo["1n1g"]] == [TrialStatus.OK, TrialStatus.OK]
     assert all(r.nodes == ["node1"] for r in by_topo["1n1g"])
     records(sim, "kill")
-    assert sim.containers("dlperf.run") == []
+    left = sim.containers(f"dlperf.run={res.result['run']['run_id']}")
+    assert left == [], [(c["Names"], c["State"], c["Status"], c["Labels"]) for c in left]
