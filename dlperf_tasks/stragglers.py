@@ -26,6 +26,9 @@ Each node log's samples are attributed to the node that wrote the log. Logs hold
 nodes' ranks (MXNet's ``mpirun`` writes every rank into node 0's log) are split by rank:
 global rank ``r`` runs on node ``r // gpus_per_node`` (``mpirun -map-by slot`` fills node 0
 first, as the launchers here do).
+
+Limits: a framework whose non-zero nodes print no step lines (PyTorch BERT: only global rank 0
+logs iterations) gives nothing to compare; the report then says which nodes were "not judged".
 """
 
 from __future__ import annotations

@@ -217,6 +217,13 @@ def prepare(plan_out: Mapping[str, Any], settings: DlperfSettings) -> dict[str, 
     if plan_out["dry_run"]:
         return {"env": {}, "nodes": [], "skipped": "dry run"}
     images: dict[str, dict[str, Any]] = {}
+    reruns = [r for r in plan_out["runs"] if r.get("rerun")]
+    if reruns and not settings.is_local:
+        # the DAG run is running again: a worker killed before may have left the run's trial
+        # running and its node leases held; clear them before anything starts
+        _, problems = clean_runs(reruns, plan_out.get("trial_keys", []), settings)
+        if problems:
+            raise Retriable("cleaning what the previous attempt of this DAG run left failed: " + "; ".join(problems))
     if settings.is_local:
         env = local_env()
         nodes = [{"name": "local0", "gpus": os.cpu_count() or 1}]
@@ -590,32 +597,43 @@ def cleanup(plan_out: Mapping[str, Any] | None, settings: DlperfSettings) -> dic
 
         stopped = sum(local_runner.stop(key) for key in plan_out.get("trial_keys", []))
         return {"cleaned": ["local0"], "stopped_process_groups": stopped}
+    run_ids = {r["run_id"] for r in plan_out["runs"]}
+    for key, event in list(_STOP_EVENTS.items()):
+        if key.split("/", 1)[0] in run_ids:
+            event.set()
+    cleaned, problems = clean_runs(plan_out["runs"], plan_out.get("trial_keys", []), settings)
+    if problems:
+        raise Retriable("cleanup left something behind: " + "; ".join(problems))
+    return {"cleaned": cleaned}
+
+
+def clean_runs(runs: list[Mapping[str, Any]], trial_keys: list[str], settings: DlperfSettings) -> tuple[list, list]:
+    """On every node of the cluster, for each run: remove its containers, its scratch directory
+    and a lease it still holds, then list what is left. Returns (cleaned nodes, problems).
+
+    Used by the cleanup teardown and by prepare when a DAG run is re-run (a worker killed hard
+    leaves its trial's detached job and its node leases behind)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from dlperf_tasks.catalog.loader import load_suite
     from dlperf_tasks.errors import RemoteError
     from dlperf_tasks.remote.runtime import make_runtime
     from dlperf_tasks.remote.ssh import SSHPool
 
-    from concurrent.futures import ThreadPoolExecutor
-
-    run_ids = {r["run_id"] for r in plan_out["runs"]}
-    for key, event in list(_STOP_EVENTS.items()):
-        if key.split("/", 1)[0] in run_ids:
-            event.set()
     cluster = _cluster(settings)
     pool = SSHPool(cluster)
-    cleaned, problems = [], []
+    cleaned: list[str] = []
+    problems: list[str] = []
     try:
-        for run in plan_out["runs"]:
+        for run in runs:
             suite = load_suite(run["suite"])
             runtime = make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher)
-
-            keys = [i for i in plan_out.get("trial_keys", [])]
 
             def one(name: str, run_id: str = run["run_id"], runtime=runtime) -> None:
                 try:
                     runtime.cleanup(pool, name, run_id)
                     clean_node_scratch(pool, name, run_id)
-                    left = run_leftovers(pool, runtime, name, run_id, keys)
+                    left = run_leftovers(pool, runtime, name, run_id, list(trial_keys))
                     if left:
                         problems.append(f"{name}: {', '.join(left)}")
                     cleaned.append(name)
@@ -626,14 +644,13 @@ def cleanup(plan_out: Mapping[str, Any] | None, settings: DlperfSettings) -> dic
                 list(ex.map(one, cluster.names))
     finally:
         pool.close()
-    if problems:
-        raise Retriable("cleanup left something behind: " + "; ".join(problems))
-    return {"cleaned": sorted(set(cleaned))}
+    return sorted(set(cleaned)), problems
 
 
 def run_leftovers(pool, runtime, node: str, run_id: str, trial_keys: list[str]) -> list[str]:
-    """What the run left on the node: containers labelled with the run, processes whose
-    environment carries one of the run's ``DLPERF_TRIAL`` keys (other runs' are not ours)."""
+    """What the run left on the node: with containers, the containers labelled with the run
+    (the trial's processes live in them); on the host runtime, processes whose environment
+    carries one of the run's ``DLPERF_TRIAL`` keys."""
     import shlex
 
     from dlperf_tasks.remote.runtime import TRIAL_ENV, list_containers_command
@@ -643,7 +660,7 @@ def run_leftovers(pool, runtime, node: str, run_id: str, trial_keys: list[str]) 
         ids = pool.run(node, list_containers_command(run_id, None, node), timeout=60).stdout.split()
         left += [f"container {i}" for i in ids]
     keys = sorted({k for k in trial_keys if k.isalnum()})
-    if keys:
+    if keys and runtime.kind != "docker":
         pattern = f"^{TRIAL_ENV}=({'|'.join(keys)})$"
         cmd = (f"for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$f\" 2>/dev/null | grep -Eq -- "
                f"{shlex.quote(pattern)} && p=${{f#/proc/}} && echo ${{p%/environ}}; done; true")

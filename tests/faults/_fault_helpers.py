@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,42 @@ def registry_pid(sim) -> int | None:
     except ProcessLookupError:
         return None
     return int(pid)
+
+
+# ---- the dlperf_pytorch DAG in a child process (= an Airflow worker that can be killed) ----------------
+CHILD = r"""
+import datetime as dt, json, sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from tests.integration.dag_cluster_helpers import build_pytorch_dag, cluster_settings, state, task_states
+cfg = cluster_settings(Path({yaml!r}), {store!r}, Path({work!r}), lease_wait_s=240, trial_retries=0)
+dag = build_pytorch_dag(cfg)
+when = dt.datetime.fromisoformat(sys.argv[1])  # same logical date + run_after = the same DAG run (cleared, re-run)
+dr = dag.test(logical_date=when, run_after=when, run_conf=json.loads(sys.argv[2]))
+print("DAGRUN " + json.dumps({{"state": state(dr), "run_id": dr.run_id,
+                             "tasks": {{f"{{t}}:{{i}}": s for (t, i), s in task_states(dr).items()}}}}), flush=True)
+"""
+
+
+def dag_child(tmp_path: Path, sim, work: Path, name: str, store_url: str) -> Path:
+    """A script that runs the dlperf_pytorch DAG with ``dag.test()`` on ``sim`` (argv: logical date, conf JSON);
+    run it with :func:`start_dag_run`: the child process is the Airflow worker."""
+    script = tmp_path / f"dag_child_{name}.py"  # never a stdlib module name: the script dir is on sys.path
+    script.write_text(CHILD.format(root=str(ROOT), yaml=str(sim.yaml_path), store=store_url,
+                                   work=str(work)))
+    return script
+
+
+def start_dag_run(script: Path, logical_date: str, conf: dict, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(script), logical_date, json.dumps(conf)], stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, start_new_session=True, cwd=str(ROOT))
+
+
+def dag_run_outcome(log: Path) -> dict:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("DAGRUN ")]
+    assert lines, f"the DAG run did not finish; log tail:\n{log.read_text(errors='replace')[-3000:]}"
+    return json.loads(lines[-1][len("DAGRUN "):])
+
+
+def run_dirs(work: Path) -> list[Path]:
+    return sorted(p.parent for p in work.glob("*/plan.json"))

@@ -72,6 +72,10 @@ with open(out, "w") as fh:
     json.dump({{"argv": sys.argv[1:], "env": {{k: os.environ[k] for k in keys}}, "cwd": os.getcwd()}}, fh)
 """
 
+#: a node's scratch dir (inventory ``workdir``): everything but $ ` " \ and control characters, which
+#: the inventory refuses (test_inventory_refuses_values_that_cannot_be_literal)
+NODE_WORKDIR = "node wd;|&'q'<x>*~ -rf"
+
 CONTAINER_SUITES = {"mxnet-bert": "2n8g", "mxnet-resnet50": "2n8g", "tensorflow-bert": "2n8g",
                     "pytorch-bert": "2n8g", "megatron-gpt": "2n8g"}
 
@@ -93,8 +97,10 @@ def hostile(canary: Path) -> list[str]:
 
 
 def canaries(*dirs: Path) -> list[Path]:
-    return [p for d in dirs for p in d.rglob(f"*{CANARY}*")] + [p for p in (Path.cwd() / CANARY, Path("/") / CANARY)
-                                                                 if p.exists()]
+    """Files an injected command would have created: named exactly CANARY under ``dirs``, or in the
+    places a remote shell starts in (cwd, the SSH user's home, /)."""
+    found = [p for d in dirs for p in d.rglob(CANARY)]
+    return found + [p for p in (Path.cwd() / CANARY, Path.home() / CANARY, Path("/") / CANARY) if p.exists()]
 
 
 def hostile_suite(tmp_path: Path, base: str, canary: Path, **launcher) -> Path:
@@ -127,7 +133,7 @@ def test_docker_command_delivers_hostile_values_literally(tmp_path, base):
     the_plan = plan(suite, {"topologies": [CONTAINER_SUITES[base]], "trials": 1})
     trial = the_plan.trials[0].trial
     run_id = HOSTILE_RUN_ID.format(c=canary)
-    workdir = tmp_path / "node wd;$(touch PWNED)`x`'q'"
+    workdir = tmp_path / NODE_WORKDIR
     nodes = [Node(name=n, host=f"127.0.0.{i + 1}", workdir=str(workdir), data_dir=str(tmp_path))
              for i, n in enumerate(HOSTILE_NODE_NAMES)]
     fw_launch = __import__("dlperf_tasks.frameworks", fromlist=["get"]).get(suite.framework)
@@ -197,7 +203,7 @@ def test_run_trial_over_ssh_passes_hostile_values_literally(tmp_path, sshd_nodes
     names = [n for n in HOSTILE_NODE_NAMES]
     for n, name in zip(inv["nodes"], names):
         n["name"] = name
-        n["workdir"] = str(Path(n["workdir"]) / "wd $(touch PWNED);`x`'q'")
+        n["workdir"] = str(Path(n["workdir"]) / NODE_WORKDIR)
     cluster = Cluster.from_dict(inv, source="hostile-inventory")
     workdir = tmp_path / "launch dir;$(touch PWNED)`x`'q'\""
     workdir.mkdir()
@@ -242,6 +248,11 @@ def test_run_trial_over_ssh_passes_hostile_values_literally(tmp_path, sshd_nodes
     {"name": "n1\nrm -rf /", "host": "h"},
     {"name": "n1\x00", "host": "h"},
     {"name": "n1", "host": "h", "workdir": "relative/dir"},
+    {"name": "n1", "host": "h", "workdir": "/tmp/$(touch PWNED)"},
+    {"name": "n1", "host": "h", "workdir": "/tmp/`touch PWNED`"},
+    {"name": "n1", "host": "h", "workdir": '/tmp/a"b'},
+    {"name": "n1", "host": "h", "workdir": "/tmp/a\\b"},
+    {"name": "n1", "host": "h", "workdir": "/tmp/a\nb"},
     {"name": "n1", "host": "h", "port": "22; id"},
     {"name": "n1", "host": "h", "gpus": "8`id`"},
     {"name": "n1", "host": "h", "strict_host_key_checking": "$(id)"},
@@ -264,16 +275,25 @@ def test_inventory_refuses_values_that_cannot_be_literal(node, capsys, tmp_path)
 
 
 @pytest.mark.parametrize("bad", ["../../etc/passwd", "a/b", "..", "run\n1", "run\x001", "$(id)", "`id`", "a b",
-                                 "-rf", "", "x" * 201, "run;id", "'q'"])
-def test_store_run_ids_and_paths_refuse_traversal_and_shell_syntax(bad):
+                                 "-rf", "", "x" * 201, "run;id", "'q'", "a..b"])
+def test_store_run_ids_refuse_traversal_and_shell_syntax(bad):
     with pytest.raises(StoreError, match="invalid run id"):
         validate_run_id(bad)
-    lay = Layout("dlperf")
     with pytest.raises(StoreError):
-        lay.run_path("mxnet-bert", "2026-01-02", bad)
-    if bad not in ("-rf", "$(id)", "`id`", "a b", "run;id", "'q'", "x" * 201):
-        with pytest.raises(StoreError, match="invalid object path"):
-            validate_relpath(bad if "/" in bad or bad in ("..", "") else f"logs/{bad}/../../x")
+        Layout("dlperf").run_path("mxnet-bert", "2026-01-02", bad)
+
+
+@pytest.mark.parametrize("rel", ["../x", "logs/../../x", "/etc/passwd", "logs//x", "logs/./x", "logs\\x",
+                                 "logs/a\nb", "logs/a\x00b", "", "logs/$(id)", "logs/`id`"])
+def test_store_object_paths_refuse_traversal(tmp_path, rel):
+    from dlperf_tasks.store import Store
+
+    with pytest.raises(StoreError, match="invalid object path"):
+        validate_relpath(rel)
+    with pytest.raises(StoreError):
+        Layout("p").run_key("mxnet-bert", "2026-01-02", "r1", rel)
+    with pytest.raises(StoreError):  # the read API of a real (local) store
+        Store.from_url(f"file://{tmp_path}").read_object("r1", rel)
 
 
 @pytest.mark.parametrize("prefix", ["../up", "a/../../b", "a\x00b", "a\nb", "a\\b"])

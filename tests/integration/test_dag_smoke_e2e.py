@@ -56,6 +56,21 @@ def test_smoke_dag_runs_real_training_and_publishes(smoke_dag, dlperf_dirs):
     assert result["dlperf"]["bz8"]  # the seeds' shape
     md = (dest / "report.md").read_text()
     assert "bert-tiny FP32 batch_size = 8" in md and "all 4 trials passed the validity gate" in md
+    plots = sorted(p.name for p in (dest / "plots").glob("*.png"))
+    assert plots and sorted(Path(p).name for p in pub["plots"]) == plots, (plots, pub["plots"])
+    assert all((dest / "plots" / p).read_bytes().startswith(b"\x89PNG") for p in plots)
+    # what `make run` prints at the end: the table and where result, report, plots and logs are
+    import contextlib
+    import io
+
+    from dlperf_tasks.airflow import embedded
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert embedded.show("dlperf_smoke") == 0
+    assert f"{pub['location']}/plots/ (" in out.getvalue() and all(p in out.getvalue() for p in plots), out.getvalue()
+    # the regression check ran after publish and its outcome is recorded (a first run: no history)
+    assert "error" not in pub["regressions"] and pub["regressions"]["findings"] == 0, pub["regressions"]
     manifest = json.loads((dest / "manifest.json").read_text())
     listed = {o["path"] for o in manifest.get("objects", manifest.get("files", []))} or set(json.dumps(manifest))
     assert "result.json" in str(listed)
