@@ -57,6 +57,10 @@ def show(dag_id: str) -> int:
         plots = [Path(x).name for x in p.get("plots") or []]
         print(f"  plots       : {p['location']}/plots/ ({', '.join(plots)})" if plots else "  plots       : none")
         print(f"  logs        : {p['location']}/logs/")
+        reg = p.get("regressions") or {}
+        if reg:
+            print(f"  regressions : {reg['error']} (check failed; run published)" if reg.get("error") else
+                  f"  regressions : {reg.get('findings', 0)} finding(s) against the suite's history")
     return 0
 
 

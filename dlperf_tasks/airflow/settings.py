@@ -27,6 +27,10 @@ Keys (defaults in brackets):
 ``trial_retries`` [1]  retries of a trial that failed for a retriable reason (node
     unreachable, launch failure, timeout, hang).
 ``lease_wait_s`` [1800]  how long a trial waits for free nodes (leases held by other runs).
+``registry_conn_id`` [dlperf_registry]
+    Airflow connection with the container registry's login/password, used when the
+    inventory's ``password_env`` variable is not set (connection ``login`` overrides the
+    inventory's user name; ``host`` must be empty or the inventory's registry server).
 ``pool`` [dlperf_nodes] / ``pool_slots`` [1]
     The Airflow pool every trial runs in (how many trials may run at once).
 """
@@ -70,6 +74,7 @@ class DlperfSettings:
     pool: str = "dlperf_nodes"
     pool_slots: int = 1
     lease_wait_s: float = 1800.0
+    registry_conn_id: str = "dlperf_registry"
 
     @property
     def is_local(self) -> bool:
@@ -138,4 +143,5 @@ def load(get: Callable[[str, str | None], str | None] | None = None) -> DlperfSe
     return DlperfSettings(cluster=cluster, store_url=store_url, work_dir=work_dir, schedules=schedules,
                           redaction=redaction, policy=policy, trial_retries=ints["trial_retries"],
                           pool=(get("pool", "dlperf_nodes") or "dlperf_nodes").strip(), pool_slots=ints["pool_slots"],
-                          lease_wait_s=float(ints["lease_wait_s"]))
+                          lease_wait_s=float(ints["lease_wait_s"]),
+                          registry_conn_id=(get("registry_conn_id", "dlperf_registry") or "dlperf_registry").strip())

@@ -114,9 +114,34 @@ def _cluster(settings: DlperfSettings):
     from dlperf_tasks.remote.inventory import Cluster
 
     try:
-        return Cluster.from_yaml(settings.cluster)
+        cluster = Cluster.from_yaml(settings.cluster)
     except (OSError, RemoteError) as exc:
         raise NonRetriable(f"[dlperf] cluster {settings.cluster}: {exc}") from None
+    return with_registry_connection(cluster, settings.registry_conn_id)
+
+
+def with_registry_connection(cluster, conn_id: str):
+    """The cluster, with the registry password (and login) from the Airflow connection
+    ``conn_id`` when the inventory's ``password_env`` gives none. Outside a task, or without
+    such a connection, the cluster is returned unchanged (login then fails naming the variable)."""
+    import dataclasses
+
+    reg = cluster.registry
+    if reg is None or not conn_id or reg.resolve_password():
+        return cluster
+    try:
+        from airflow.sdk import Connection
+
+        conn = Connection.get(conn_id)
+    except Exception:  # noqa: BLE001 - no such connection / not inside a task: keep the inventory's
+        return cluster
+    if not getattr(conn, "password", None):
+        return cluster
+    if conn.host and conn.host.strip() != reg.server:
+        raise NonRetriable(f"connection {conn_id}: host {conn.host!r} is not the inventory's registry {reg.server!r}")
+    reg = dataclasses.replace(reg, password=conn.password,
+                              **({"username": conn.login, "username_env": None} if conn.login else {}))
+    return dataclasses.replace(cluster, registry=reg)
 
 
 # --------------------------------------------------------------------------- plan
@@ -369,7 +394,7 @@ def _remote_run_trial(trial, suite, fw, run_dir: Path, settings: DlperfSettings,
     release the leases. A cancelled task sets the stop event (see :func:`stop_trial`)."""
     import threading
 
-    from dlperf_tasks.model import TrialStatus
+    from dlperf_tasks.model import TrialResult, TrialStatus
     from dlperf_tasks.remote.allocation import Leases, NodeBusy
     from dlperf_tasks.remote.runtime import make_runtime
     from dlperf_tasks.remote.ssh import SSHPool
@@ -378,35 +403,43 @@ def _remote_run_trial(trial, suite, fw, run_dir: Path, settings: DlperfSettings,
     cluster = _cluster(settings)
     topo = trial.cell.topology
     fits = [n.name for n in cluster.nodes if n.gpus >= topo.gpus_per_node]
-    groups = [fits[i:i + topo.nodes] for i in range(0, len(fits) - topo.nodes + 1)]
-    if not groups:
+    if len(fits) < topo.nodes:
         raise NonRetriable(f"trial {trial.id}: cluster {cluster.name} has no {topo.nodes} nodes with "
                            f"{topo.gpus_per_node} GPUs")
     stop = _STOP_EVENTS.setdefault(_stop_key(run_id, trial.key), threading.Event())
-    runtime = make_runtime(suite.container, image=cluster.resolve_image(image or (suite.container.image if suite.container else None)),
-                           registry=cluster.registry, launcher=suite.launcher, ssh_port=cluster.mpi_ssh_port)
+    image = cluster.resolve_image(image or (suite.container.image if suite.container else None))
+    runtime = make_runtime(suite.container, image=image, registry=cluster.registry, launcher=suite.launcher,
+                           ssh_port=cluster.mpi_ssh_port)
     pool = SSHPool(cluster)
     deadline = time.monotonic() + settings.lease_wait_s
+    busy: dict[str, str] = {}
     try:
-        while True:
-            for group in groups:
-                leases = Leases(pool, group, run_id)
+        while not stop.is_set():
+            held: list = []  # one Leases per node, taken in inventory order (node rank 0 first)
+            for name in fits:
+                lease = Leases(pool, [name], run_id)
                 try:
-                    leases.acquire()
-                except NodeBusy:
+                    lease.acquire()
+                except NodeBusy as exc:  # leased by another run, or unreachable
+                    busy[name] = str(exc)
                     continue
-                try:
+                held.append(lease)
+                if len(held) == topo.nodes:
+                    break
+            try:
+                if len(held) == topo.nodes:
+                    group = [lease.want[0] for lease in held]
                     return remote_run(cluster, group, trial, suite, run_id, run_dir, pool=pool, runtime=runtime,
                                       facts=_load_facts(run_dir, group), attempt=attempt, stop_event=stop)
-                finally:
-                    leases.release()
-            if time.monotonic() > deadline or stop.is_set():
-                from dlperf_tasks.model import TrialResult
-
+            finally:
+                for lease in held:
+                    lease.release()
+            if time.monotonic() > deadline:
                 return TrialResult(trial=trial, status=TrialStatus.NODE_UNREACHABLE,
-                                   reason=f"no {topo.nodes} free node(s) within {settings.lease_wait_s:.0f} s "
-                                          f"(leased by other runs)")
-            time.sleep(5)
+                                   reason=f"no {topo.nodes} free node(s) within {settings.lease_wait_s:.0f} s: "
+                                          + "; ".join(busy.values()))
+            stop.wait(2.0 + secrets.randbelow(3000) / 1000)  # random back-off: two waiting runs do not lock-step
+        return TrialResult(trial=trial, status=TrialStatus.NOT_RUN, reason="stopped while waiting for free nodes")
     finally:
         _STOP_EVENTS.pop(_stop_key(run_id, trial.key), None)
         pool.close()

@@ -100,10 +100,6 @@ def read_trials(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((out / "trials").glob("*.json"))]
 
 
-def logs_under(out: Path) -> list[Path]:
-    return sorted(p for p in (out / "logs").rglob("*.log"))
-
-
 def registry_pid(sim) -> int | None:
     """PID of the private cluster's registry process (state.json's ``registry_pid``), if it runs."""
     sim.reload()

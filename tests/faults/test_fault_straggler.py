@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks import stragglers
-from dlperf_tasks.model import Cell, Sample, Trial, TrialResult, TrialStatus, Window
+from dlperf_tasks.model import Sample, TrialStatus, Window
 from dlperf_tasks.plan import plan
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.sweep import SweepOptions, run_sweep
-from dlperf_tasks.topology import Topology
 from tests.faults._fault_helpers import fault_sim, run_leftovers, sim_suite  # noqa: F401 (fixture)
 
 

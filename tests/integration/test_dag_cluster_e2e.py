@@ -79,6 +79,12 @@ def test_pytorch_dag_on_cluster_publishes_exact_results_to_s3(airflow_db, sim_cl
     assert plots, f"no plots published: {sorted(listed)}"
     assert sum(1 for p in listed if p.startswith("logs/") and p.endswith(".log")) >= 8
 
+    # the regression check ran after publish (first run of the suite here: nothing to compare) and
+    # recorded its report next to the run
+    assert pub["regressions"]["findings"] == 0 and pub["regressions"]["summary"], pub["regressions"]
+    regress = json.loads(objs[run_prefix + "annotations/regressions.json"])
+    assert "run_id" in json.dumps(regress) and run_id in json.dumps(regress)
+
     result = json.loads(objs[run_prefix + "result.json"])
     assert result["run"]["dag_run_id"] == dr.run_id
     # the mirror's registry address is an IP: redacted in the store, exact in the local run dir

@@ -160,12 +160,13 @@ def test_node_killed_mid_trial(sim_cluster_factory, tmp_path, monkeypatch):
     p = plan(suite, {"precisions": "fp32", "batch_sizes": "32", "trials": 2})
     cluster = Cluster.from_yaml(sim.yaml_path)
     killed = threading.Event()
+    run_id = f"kill-test-{time.time_ns()}"  # the shared dockerd also runs other sessions' containers
 
     def killer():
         # wait until the first 2-node trial's containers run on both nodes, then kill node2
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            nodes = {c["Labels"].get("dlperf.node") for c in sim.containers("dlperf.run", all=False)}
+            nodes = {c["Labels"].get("dlperf.node") for c in sim.containers(f"dlperf.run={run_id}", all=False)}
             if {"node1", "node2"} <= nodes:
                 time.sleep(1.0)
                 sim.kill_node("node2")
@@ -178,7 +179,7 @@ def test_node_killed_mid_trial(sim_cluster_factory, tmp_path, monkeypatch):
     try:
         res = run_sweep(suite, p, cluster, tmp_path / "out",
                         SweepOptions(progress=None, unreachable_grace_s=3, capture_env=False, policy="sequential",
-                                     lease_wait_s=WAIT))
+                                     run_id=run_id, lease_wait_s=WAIT))
     finally:
         th.join()
         sim.revive_node("node2")

@@ -69,3 +69,17 @@ def test_collect_counts_each_trial_once(tmp_path):
     (results,) = collected["results"].values()
     assert len(results) == 2
     assert collected["missing_logs"] == {out["runs"][0]["run_id"]: []}
+
+
+def test_a_failing_regression_check_is_logged_and_does_not_fail_publish(tmp_path, caplog):
+    """The store is real (file backend); the run id is not in it, so check_run itself fails."""
+    import logging
+
+    from dlperf_tasks.store import Store
+
+    store = Store.from_url(f"file://{tmp_path / 'store'}")
+    log = logging.getLogger("dlperf.test.publish")
+    with caplog.at_level(logging.ERROR, logger="dlperf.test.publish"):
+        got = tasks.regression_check(store, "smoke-20260101T000000-abcdef", log)
+    assert "error" in got and "StoreError" in got["error"], got
+    assert "regression check of smoke-20260101T000000-abcdef failed (the run is published)" in caplog.text
