@@ -27,6 +27,21 @@ _IMAGE_RE = re.compile(
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
 )
+
+
+def check_image_ref(ref: str, where: str = "image") -> str:
+    """Return ``ref`` if it is a plain Docker image reference, else raise CatalogError naming ``where``.
+
+    Guards every image that reaches ``docker pull/run`` argv: a value such as ``--privileged``
+    or ``-v/:/host`` would otherwise be read by docker as an option.
+    """
+    from dlperf_tasks.errors import CatalogError
+
+    if not isinstance(ref, str) or not _IMAGE_RE.match(ref):
+        raise CatalogError(f"{where}: {ref!r} is not a Docker image reference ([registry/]name[:tag][@sha256:digest])")
+    return ref
+
+
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _REPO_RE = re.compile(r"^https://[A-Za-z0-9.-]+(?::[0-9]+)?/[A-Za-z0-9._/-]+$")

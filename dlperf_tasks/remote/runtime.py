@@ -415,6 +415,9 @@ def make_runtime(container: ContainerSpec | None, image: str | None = None, regi
     """The suite's runtime; ``ssh_port`` (from the inventory's ``mpi_ssh_port``) overrides the suite's sshd port."""
     if container is None:
         return HostRuntime()
+    from dlperf_tasks.catalog.validate import check_image_ref
+
+    check_image_ref(image or container.image, "image")
     sshd_cmd = (launcher or {}).get("sshd_command")
     return DockerRuntime(container, image=image, registry=registry,
                          sshd_command=[str(a) for a in sshd_cmd] if sshd_cmd else None, ssh_port=ssh_port)

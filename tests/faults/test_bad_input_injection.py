@@ -305,3 +305,15 @@ def test_store_prefix_cannot_escape(tmp_path, prefix):
     with pytest.raises(StoreError):
         Store.from_settings({"type": "s3", "bucket": "b", "prefix": prefix,
                              "endpoint_url": "http://127.0.0.1:9"}).publish(tmp_path)
+
+
+@pytest.mark.parametrize("image", ["--privileged", "-v/:/host", "img;id", "img:$(id)", "a b", "x\nprivileged"])
+def test_image_override_that_docker_would_read_as_an_option_is_refused(image):
+    """An image override (``dlperf sweep --image``, the inventory's ``images:``, the Airflow
+    image tag) reaches ``docker pull/run`` argv after the options: it must be a plain reference."""
+    from dlperf_tasks.catalog.model import ContainerSpec
+    from dlperf_tasks.errors import CatalogError
+    from dlperf_tasks.remote.runtime import make_runtime
+
+    with pytest.raises(CatalogError, match="not a Docker image reference"):
+        make_runtime(ContainerSpec(image="nvcr.io/nvidia/pytorch:20.06-py3"), image=image)
