@@ -83,7 +83,8 @@ class SmokeBert(Framework):
         iters: set[int] = set()
         finals: dict[int, int] = {}
         for raw in lines:
-            for line in str(raw).replace("\r", "\n").split("\n"):
+            # ranks share one log: split glued lines at every marker as well as at \r / \n
+            for line in str(raw).replace("\r", "\n").replace("[smoke-bert]", "\n[smoke-bert]").split("\n"):
                 if not line:
                     continue
                 facts.lines += 1

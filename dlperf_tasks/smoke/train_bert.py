@@ -31,6 +31,13 @@ import time
 
 PREFIX = "[smoke-bert]"
 
+
+def _emit(line: str) -> None:
+    """Write one whole line with a single write(2): ranks share the log, and print()'s separate
+    writes of text and newline let another rank's line land in between (glued lines)."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
+
 CONFIGS = {
     # name: (hidden, layers, heads, intermediate, vocab, seq_len)
     "tiny": dict(hidden=128, layers=2, heads=2, intermediate=512, vocab=8192, seq=64),
@@ -176,13 +183,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PREFIX} error: non-finite loss at iteration {it} on rank {rank}", file=sys.stderr, flush=True)
             return 1
         if rank == 0:
-            print(f"{PREFIX} iteration={it} samples_per_sec={args.batch_size * world / dt:.2f} "
-                  f"loss={loss_value:.4f} time={time.time():.6f}", flush=True)
+            _emit(f"{PREFIX} iteration={it} samples_per_sec={args.batch_size * world / dt:.2f} "
+                  f"loss={loss_value:.4f} time={time.time():.6f}")
     elapsed = time.time() - t_start
     if world > 1:
         dist.barrier()
-    print(f"{PREFIX} final rank={rank} world_size={world} iterations={args.iterations} elapsed_s={elapsed:.3f}",
-          flush=True)
+    _emit(f"{PREFIX} final rank={rank} world_size={world} iterations={args.iterations} elapsed_s={elapsed:.3f}")
     if world > 1:
         dist.destroy_process_group()
     return 0

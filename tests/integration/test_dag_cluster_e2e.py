@@ -17,8 +17,10 @@ node address (127.0.10.x), node name, the registry user or password; the nodes a
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
+import tarfile
 import time
 
 import pytest
@@ -112,15 +114,14 @@ def test_pytorch_dag_on_cluster_publishes_exact_results_to_s3(airflow_db, sim_cl
         text = data.decode(errors="replace")
         for word in forbidden:
             assert not re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text), (key, word)
-    import tarfile, io  # noqa: E401 - the archive's members too
+    # the archive's members too
     with tarfile.open(fileobj=io.BytesIO(objs[run_prefix + "logs.tar.gz"])) as tar:
         for m in tar.getmembers():
             if m.isfile():
                 data = tar.extractfile(m).read()
                 assert not addr.search(data) and b"node1" not in data, m.name
 
-    index = json.loads(objs.get(f"dlperf/index/pytorch-bert.json") or
-                       client.get_object(Bucket=bucket, Key="dlperf/index/pytorch-bert.json")["Body"].read())
+    index = json.loads(client.get_object(Bucket=bucket, Key="dlperf/index/pytorch-bert.json")["Body"].read())
     assert [r["run_id"] for r in index["runs"]] == [run_id]
 
     print("containers labelled dlperf.run now:", [(c["ID"][:12], c["Labels"]) for c in sim.containers("dlperf.run")])

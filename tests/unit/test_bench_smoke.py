@@ -65,8 +65,11 @@ def test_bench_load_small(tmp_path, capsys):
     assert d["simulate"]["packed"]["unschedulable"] == 0
     assert d["expand"]["max_map_length"] >= 1
     # every DAG except smoke maps exactly its suites' planned trials
-    mapped = sum(x["mapped"] for x in d["expand"]["dags"].values())
-    assert mapped == d["plan"]["trials"]
+    per_dag = {k: (x["mapped"], x["suites"]) for k, x in d["expand"]["dags"].items()}
+    per_suite = {k: v["trials"] for k, v in d["plan"]["suites"].items()}
+    for dag_id, (mapped, suites) in per_dag.items():
+        assert mapped == sum(per_suite[s] for s in suites), \
+            f"{dag_id}: plan task maps {mapped} trials, its suites plan {[(s, per_suite[s]) for s in suites]}"
 
 
 @pytest.mark.timeout(60)

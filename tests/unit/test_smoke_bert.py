@@ -109,3 +109,13 @@ def test_failing_trainer_is_nonzero_exit_and_stop_kills_the_group(tmp_path):
     assert p.wait(timeout=10) is not None and time.monotonic() - t0 < 10
     with pytest.raises(ProcessLookupError):
         os.killpg(p.pid, 0)
+
+
+def test_parse_splits_final_lines_glued_by_concurrent_ranks():
+    """Seen in a real 1n2g run: rank 1's final line lost its newline to rank 0's write."""
+    from dlperf_tasks.frameworks import get
+
+    glued = ("[smoke-bert] final rank=1 world_size=2 iterations=25 elapsed_s=3.660"
+             "[smoke-bert] final rank=0 world_size=2 iterations=25 elapsed_s=3.650\n")
+    parsed = get("smoke_bert").parse([glued])
+    assert parsed.extra["ranks_finished"] == [0, 1]
