@@ -131,7 +131,7 @@ class Trial:
         return cls(Cell.from_dict(d["cell"]), int(d["index"]))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One per-iteration measurement taken from a log (PerfKit-style: value + unit + metadata)."""
 
