@@ -88,3 +88,14 @@ def test_privileged_only_where_the_suite_asks():
                                    workdir=None, command=["true"])
             assert ("--privileged" in argv) == bool(spec.privileged), (s.id, argv)
             assert any(a.startswith("--device=") for a in argv) == bool(spec.devices), (s.id, argv)
+
+
+def test_no_catalog_suite_runs_privileged():
+    """The seeds started containers with --privileged; the catalog asks only for what InfiniBand
+    needs (the /dev/infiniband device when the node has it, and IPC_LOCK)."""
+    suites = [s for s in list_suites(errors=[]) if s.container is not None]
+    assert len(suites) >= 5
+    for s in suites:
+        assert not s.container.privileged, s.id
+        assert set(s.container.cap_add) <= {"IPC_LOCK"}, s.id
+        assert set(s.container.devices) <= {"/dev/infiniband"}, s.id
