@@ -186,15 +186,15 @@ def plan_run(dag_name: str, suite_ids: list[str], conf: Mapping[str, Any] | None
                      "image": p.image, "upstream_commit": p.upstream_commit, "started_at": started_at,
                      "window": plan_doc["window"], "n_trials": len(p.trials), "summary": p.summary(),
                      "rerun": bool(prev)})
-    if record_path:
-        _write_json(record_path, {"dag": dag_name, "dag_run_id": dag_run_id,
-                                  "runs": {r["suite"]: {"run_id": r["run_id"], "started_at": r["started_at"]}
-                                           for r in runs}})
         for t in p.trials:
             items.append({"run_id": run_id, "run_dir": str(run_dir), "suite": suite_id,
                           "trial": t.trial.to_dict(), "trial_id": t.id, "key": t.trial.key,
                           "dry_run": params["dry_run"], "policy": params["policy"],
                           "timeout_s": p.timeout_s, "hang_timeout_s": p.hang_timeout_s, "image": p.image})
+    if record_path:
+        _write_json(record_path, {"dag": dag_name, "dag_run_id": dag_run_id,
+                                  "runs": {r["suite"]: {"run_id": r["run_id"], "started_at": r["started_at"]}
+                                           for r in runs}})
     return {"runs": runs, "trials": items, "trial_keys": [i["key"] for i in items],
             "dry_run": params["dry_run"], "policy": params["policy"],
             "cluster": "local" if settings.is_local else Path(settings.cluster).name, "params": params}

@@ -19,6 +19,7 @@ password) travel over the SSH channel's stdin only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -314,7 +315,9 @@ class DockerRuntime(HostRuntime):
 
     # ---- trial commands ----------------------------------------------------------------
     def container_name(self, run_id: str, trial: Trial, node: str, attempt: int, role: str = "rank") -> str:
-        return safe_name(f"dlperf-{safe_name(run_id, 24)}-{trial.key}-{node}-{role}-a{attempt}", 120)
+        # the run id is cut to stay readable; its hash keeps two runs started close together apart
+        run_tag = hashlib.sha1(run_id.encode()).hexdigest()[:8]
+        return safe_name(f"dlperf-{safe_name(run_id, 24)}-{run_tag}-{trial.key}-{node}-{role}-a{attempt}", 128)
 
     def labels(self, run_id: str, trial: Trial, node: str) -> dict[str, str]:
         return {LABEL_RUN: run_id, LABEL_TRIAL: trial.key, LABEL_NODE: node}

@@ -124,3 +124,11 @@ def test_trial_process_check_finds_tagged_processes(node):
             assert rt.HostRuntime().finish(pool, "node1", "r", "k123") == []
     finally:
         proc.kill()
+
+
+def test_container_names_of_runs_with_a_long_common_prefix_differ():
+    """Run ids of one suite started within the same hour share their first 24 characters."""
+    d = rt.DockerRuntime(SPEC)
+    a = d.container_name("pytorch-bert-20261122T0801-aaaaaa", TRIAL, "node1", 1)
+    b = d.container_name("pytorch-bert-20261122T0801-bbbbbb", TRIAL, "node1", 1)
+    assert a != b and len(a) <= 128 and len(b) <= 128
