@@ -228,11 +228,34 @@ def write_outputs(out: Path, results: list[TrialResult], run_meta: dict[str, Any
     from dlperf_tasks.stats import aggregate
 
     cells = aggregate(results)
+    transports = nccl_transports(out, results)
+    if transports:
+        run_meta = {**run_meta, "env": {**(run_meta.get("env") or {}), "nccl_transport": transports}}
     result = build_result(cells, run_meta, dlperf_model=dlperf_model_key(suite))
     write_result(result, out / "result.json")
     (out / "report.md").write_text(render_markdown(result))
     _write_stragglers(out, results)
     return result
+
+
+def nccl_transports(out: Path, results: list[TrialResult]) -> dict[str, dict[str, Any]]:
+    """The NCCL transport each multi-node trial actually used (IB or Socket, read from the
+    ``NCCL_DEBUG=INFO`` lines of its logs), by trial id. Trials whose logs say nothing are left out."""
+    from dlperf_tasks.frameworks._lines import read_log
+
+    found: dict[str, dict[str, Any]] = {}
+    for r in results:
+        if r.trial.cell.topology.nodes < 2:
+            continue
+        for rel in r.log_paths:
+            path = Path(out) / rel
+            if not path.is_file():
+                continue
+            t = envcapture.nccl_transport(read_log(str(path)))
+            if t["paths"] or t["network"] != envcapture.ABSENT:
+                found[r.trial.id] = t
+                break
+    return found
 
 
 def _write_stragglers(out: Path, results: list[TrialResult]) -> None:

@@ -46,3 +46,26 @@ def test_capture_without_gpu_tools_records_absent(node, monkeypatch):
     assert n["python"].count(".") == 2
     assert env["upstream_commit"] == "abc123" and env["runtime"] == "host"
     assert "127.0." not in str(env)
+
+
+def test_sweep_records_the_nccl_transport_of_multinode_trials(tmp_path):
+    """The transport actually used comes from the trial's own NCCL_DEBUG=INFO lines (no GPU needed
+    to test the reading: the lines are NCCL's real format); single-node trials are not scanned."""
+    from dlperf_tasks.model import Cell, Trial, TrialResult, TrialStatus
+    from dlperf_tasks.sweep import nccl_transports
+    from dlperf_tasks.topology import Topology
+
+    def result(topo, rel, text):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+        cell = Cell("pytorch-bert", "pytorch_bert", "bert-base", "amp", 96, Topology.parse(topo))
+        return TrialResult(Trial(cell, 1), TrialStatus.OK, log_paths=[rel])
+
+    ib = ("node1:77:90 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n"
+          "node1:77:91 [0] NCCL INFO Channel 00 : 15[b2000] -> 0[1a000] [receive] via NET/IB/0\n")
+    res = [result("2n8g", "logs/a/2n8g/x_1.log", ib),
+           result("1n8g", "logs/a/1n8g/x_1.log", ib),
+           result("4n8g", "logs/a/4n8g/x_1.log", "no nccl lines here\n")]
+    found = nccl_transports(tmp_path, res)
+    assert list(found) == [res[0].trial.id]
+    assert found[res[0].trial.id]["network"] == "IB" and "NET/IB" in found[res[0].trial.id]["paths"]
