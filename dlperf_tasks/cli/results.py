@@ -183,14 +183,12 @@ def show_rows(result) -> list[dict]:
 
 
 def _manifest_findings(store, run_id):
-    reader = getattr(store, "read_manifest", None)
-    if reader is None:
-        return None
+    from dlperf_tasks.history.check import read_recorded
+
     try:
-        manifest = reader(run_id)
+        return read_recorded(store, run_id)
     except DlperfError:
         return None
-    return (manifest or {}).get("regressions")
 
 
 def cmd_show(args) -> int:

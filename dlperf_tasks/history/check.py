@@ -3,7 +3,7 @@
 ``check_run(store, run_id)`` reads the run's result JSON and its suite's index (one read),
 runs :func:`dlperf_tasks.history.regress.detect`, then
 
-- records the report in the run's manifest under ``"regressions"`` and a badge in the suite
+- records the report as the run's ``regressions`` annotation (store.annotate_run) and a badge in the suite
   index row (``record=True``; see :func:`record_report`),
 - writes the human-readable summary to ``log`` (a ``logging.Logger``; the Airflow task log),
 - calls :func:`dlperf_tasks.history.notify.notify` when there are findings (target argument,
@@ -41,7 +41,7 @@ def record_report(store: Any, run_id: str, report: RegressionReport) -> None:
     and :func:`dlperf_tasks.store.index.update_index` (optimistic concurrency)."""
     annotate = getattr(store, "annotate_run", None)
     if annotate is not None:
-        annotate(run_id, MANIFEST_KEY, report.to_dict())
+        annotate(run_id, MANIFEST_KEY, report.to_dict(), index_value=index_badge(report))
         return
     from dlperf_tasks.store import layout as L
     from dlperf_tasks.store.backends import sha256_bytes
@@ -58,6 +58,19 @@ def record_report(store: Any, run_id: str, report: RegressionReport) -> None:
         raise StoreError(f"run {run_id} is not in the index of suite {loc['suite']}")
     row = dict(row, regressions=index_badge(report))
     update_index(store.backend, store.layout.index_key(loc["suite"]), row)
+
+
+def read_recorded(store: Any, run_id: str, manifest: dict | None = None) -> dict | None:
+    """The regression report recorded for ``run_id``: the store's annotation when it has one,
+    else the ``regressions`` key of an older manifest; None when the run was never checked."""
+    reader = getattr(store, "read_annotation", None)
+    if reader is not None:
+        doc = reader(run_id, MANIFEST_KEY)
+        if doc is not None:
+            return doc
+    if manifest is None:
+        manifest = store.read_manifest(run_id)
+    return (manifest or {}).get(MANIFEST_KEY)
 
 
 def check_run(store: Any, run_id: str, config: RegressConfig | None = None, *, record: bool = True,

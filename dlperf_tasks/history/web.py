@@ -139,7 +139,9 @@ def create_app(store_factory: Callable[[], Any], title: str = "DLPerf results"):
         env_items = [(f"env.{k}", v) for k, v in sorted((run.get("env") or {}).items())]
         meta = [(k, run.get(k)) for k in ("suite", "framework", "dag_run_id", "started_at", "finished_at",
                                           "image", "image_digest", "upstream_commit") if run.get(k) is not None]
-        regressions = manifest.get("regressions")
+        from dlperf_tasks.history.check import read_recorded
+
+        regressions = read_recorded(store(), run_id, manifest)
         flagged = {f["cell_id"] for f in (regressions or {}).get("findings", [])}
         return page(request, "run.html", run={"run_id": run.get("run_id", run_id), "suite": run.get("suite")},
                     meta=meta + env_items, cells=show_rows(result), plots=plots, regressions=regressions,

@@ -267,8 +267,11 @@ import json, resource, sys, time
 from dlperf_tasks.cli import main
 t = time.monotonic()
 rc = main(sys.argv[1:])
-print(json.dumps({"rc": rc, "seconds": time.monotonic() - t,
-                  "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), file=sys.stderr)
+# VmHWM = peak RSS of this address space. getrusage's ru_maxrss survives execve, so it would
+# report the (large) pytest parent's RSS at fork time instead of this process's own peak.
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+print(json.dumps({"rc": rc, "seconds": time.monotonic() - t, "max_rss_kib": hwm,
+                  "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), file=sys.stderr)
 """
 
 

@@ -155,10 +155,12 @@ def test_check_records_findings(seeded):
     doc = json.loads(p.stdout)
     assert {(f["kind"], f["cell_id"]) for f in doc["findings"]} == {("throughput", T_CELL), ("scaling", S_CELL)}
     assert json.loads(seeded.cli("show", rid, "--format", "json").stdout)["regressions"]["findings"]
-    assert seeded.store.read_manifest(rid)["regressions"]["run_id"] == rid
+    # stored as the run's annotation; the manifest (object list + checksums) stays as published
+    assert seeded.store.read_annotation(rid, "regressions")["run_id"] == rid
+    assert "regressions" not in seeded.store.read_manifest(rid)
     rows = json.loads(seeded.cli("ls", "--limit", "2", "--format", "json").stdout)
     assert rows[0]["findings"] == 2 and rows[1]["findings"] is None
-    # the manifest annotation leaves the objects verifiable
+    # the annotation leaves the objects verifiable
     assert seeded.store.read_result(rid)["run"]["run_id"] == rid
     # an older clean run: no findings, exit 0
     assert seeded.cli("check", seeded.ids[-2]).returncode == 0
