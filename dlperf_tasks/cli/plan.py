@@ -30,6 +30,15 @@ def register(subparsers) -> None:
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("suite", help="suite id (see 'dlperf catalog') or path to a suite .yaml file")
+    add_override_arguments(p)
+    p.add_argument("--format", choices=["table", "json"], default="table",
+                   help="table: cells and totals; json: the full plan with every trial and log path (default: table)")
+    p.add_argument("--list-trials", action="store_true", help="table format: also list every trial and its log path(s)")
+    p.set_defaults(func=_run)
+
+
+def add_override_arguments(p: argparse.ArgumentParser, include_excluded: bool = True) -> None:
+    """The options that narrow or change a suite's defaults (shared by ``plan`` and ``sweep``)."""
     p.add_argument("--catalog-dir", action="append", default=[], metavar="DIR",
                    help="extra directory of suite YAML files (searched first; may be repeated)")
     p.add_argument("--topologies", metavar="LIST", help="comma-separated topologies, e.g. 1n1g,1n8g,2n8g (also 16n8g)")
@@ -41,25 +50,28 @@ def register(subparsers) -> None:
     p.add_argument("--measure-iters", type=int, metavar="M", help="iterations measured after the warm-up (seeds: 100)")
     p.add_argument("--image-tag", metavar="TAG", help="run another tag of the suite's image, e.g. 20.12-py3")
     p.add_argument("--cases", metavar="LIST", help="Megatron: comma-separated case names (see 'dlperf catalog show megatron-gpt')")
-    p.add_argument("--include-excluded", action="store_true",
-                   help="also plan combinations the suite excludes (e.g. batch sizes known to run out of memory)")
-    p.add_argument("--format", choices=["table", "json"], default="table",
-                   help="table: cells and totals; json: the full plan with every trial and log path (default: table)")
-    p.add_argument("--list-trials", action="store_true", help="table format: also list every trial and its log path(s)")
-    p.set_defaults(func=_run)
+    if include_excluded:
+        p.add_argument("--include-excluded", action="store_true",
+                       help="also plan combinations the suite excludes (e.g. batch sizes known to run out of memory)")
+
+
+def overrides_from_args(args: argparse.Namespace):
+    """The :class:`~dlperf_tasks.plan.Overrides` given by :func:`add_override_arguments`' options."""
+    from dlperf_tasks.plan import Overrides
+
+    return Overrides.from_dict({
+        "topologies": args.topologies, "batch_sizes": args.batch_sizes, "precisions": args.precisions,
+        "xla": args.xla, "trials": args.trials, "warmup_iters": args.warmup_iters,
+        "measure_iters": args.measure_iters, "image_tag": args.image_tag, "cases": args.cases,
+        "include_excluded": getattr(args, "include_excluded", False) or None,
+    })
 
 
 def _run(args) -> int:
     from dlperf_tasks.catalog import load_suite
-    from dlperf_tasks.plan import Overrides, plan
+    from dlperf_tasks.plan import plan
 
-    overrides = Overrides.from_dict({
-        "topologies": args.topologies, "batch_sizes": args.batch_sizes, "precisions": args.precisions,
-        "xla": args.xla, "trials": args.trials, "warmup_iters": args.warmup_iters,
-        "measure_iters": args.measure_iters, "image_tag": args.image_tag, "cases": args.cases,
-        "include_excluded": args.include_excluded or None,
-    })
-    p = plan(load_suite(args.suite, extra_dirs=args.catalog_dir), overrides)
+    p = plan(load_suite(args.suite, extra_dirs=args.catalog_dir), overrides_from_args(args))
     if args.format == "json":
         print(json.dumps(p.to_dict(), indent=2))
         return 0

@@ -7,6 +7,8 @@ import signal
 import sys
 import threading
 
+from dlperf_tasks.cli.plan import add_override_arguments, overrides_from_args
+
 DESCRIPTION = """\
 Run a benchmark sweep on a cluster: plan the suite's cells x trials (as 'dlperf plan'), lease
 the cluster's nodes (other sweeps on the same cluster wait or use other nodes), prepare every
@@ -35,22 +37,13 @@ def register(subparsers) -> None:
     p.add_argument("--suite", required=True, help="suite id (see 'dlperf catalog') or path to a suite .yaml file")
     p.add_argument("--cluster", required=True, metavar="YAML", help="cluster inventory (format: docs/testcluster.md)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (logs/, trials/, result.json, report.md)")
-    p.add_argument("--catalog-dir", action="append", default=[], metavar="DIR", help="extra directory of suite YAMLs")
-    p.add_argument("--topologies", metavar="LIST", help="comma-separated topologies, e.g. 1n1g,1n8g,2n8g,4n8g")
-    p.add_argument("--batch-sizes", metavar="LIST", help="comma-separated batch sizes per device, e.g. 32,24")
-    p.add_argument("--precisions", metavar="LIST", help="comma-separated precisions: fp32, amp (fp16 = amp)")
-    p.add_argument("--xla", choices=["on", "off", "both"], help="XLA on, off or both (TensorFlow suites)")
-    p.add_argument("--trials", type=int, metavar="N", help="trials per cell (seeds: 5-7)")
-    p.add_argument("--warmup-iters", type=int, metavar="N", help="iterations dropped at the start (seeds: 20)")
-    p.add_argument("--measure-iters", type=int, metavar="M", help="iterations measured after the warm-up (seeds: 100)")
-    p.add_argument("--image-tag", metavar="TAG", help="run another tag of the suite's image, e.g. 20.12-py3")
+    add_override_arguments(p, include_excluded=False)
     p.add_argument("--image", metavar="REF",
                    help="full image reference to run instead of the suite's (default: the suite's image, or the "
                         "inventory's mirror of it listed under 'images:')")
     p.add_argument("--mpi-ssh-port", type=int, metavar="PORT",
                    help="MPI suites: port of the containers' sshd (default: the inventory's mpi_ssh_port, else the "
                         "suite's container.sshd_port); must not be taken on the nodes")
-    p.add_argument("--cases", metavar="LIST", help="Megatron: comma-separated case names")
     p.add_argument("--policy", choices=["packed", "sequential", "packed_exclusive_multinode"], default="packed",
                    help="packed (default): independent trials at once on disjoint free nodes, longest first; "
                         "sequential: one trial at a time like DLPerf; packed_exclusive_multinode: multi-node "
@@ -69,19 +62,14 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from dlperf_tasks.catalog import load_suite
     from dlperf_tasks.errors import PlanError
-    from dlperf_tasks.plan import Overrides, plan
+    from dlperf_tasks.plan import plan
     from dlperf_tasks.remote.inventory import Cluster
     from dlperf_tasks.sweep import SweepOptions, run_sweep
 
     if args.trials is not None and args.trials < 1:
         raise PlanError("--trials must be >= 1")
     suite = load_suite(args.suite, extra_dirs=args.catalog_dir)
-    overrides = Overrides.from_dict({
-        "topologies": args.topologies, "batch_sizes": args.batch_sizes, "precisions": args.precisions,
-        "xla": args.xla, "trials": args.trials, "warmup_iters": args.warmup_iters,
-        "measure_iters": args.measure_iters, "image_tag": args.image_tag, "cases": args.cases,
-    })
-    the_plan = plan(suite, overrides)
+    the_plan = plan(suite, overrides_from_args(args))
     cluster = Cluster.from_yaml(args.cluster)
     opts = SweepOptions(policy=args.policy, cooldown_s=args.cooldown, retries=max(0, args.retries),
                         nodes=[n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None,
