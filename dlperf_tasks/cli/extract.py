@@ -7,6 +7,7 @@ import sys
 
 from dlperf_tasks.errors import DlperfError, ExtractError
 from dlperf_tasks.model import Window
+from dlperf_tasks.cli._args import non_negative_int, positive_int
 
 DESCRIPTION = """\
 Read a DLPerf-layout log tree, compute every trial's speed with the suite's framework rule,
@@ -49,11 +50,11 @@ def register(subparsers) -> None:
                         "and speed rule, or a path to a suite YAML")
     p.add_argument("--log-dir", required=True, metavar="DIR",
                    help="directory (or .tar/.tar.gz) holding <N>n<G>g/ sub-directories of logs")
-    p.add_argument("--batch-size-per-device", type=_positive, metavar="B",
+    p.add_argument("--batch-size-per-device", type=positive_int, metavar="B",
                    help="use only logs named _b<B>_ (DLPerf's --batch_size_per_device); default: every batch size found")
-    p.add_argument("--warmup-iters", type=_non_negative, metavar="N",
+    p.add_argument("--warmup-iters", type=non_negative_int, metavar="N",
                    help="iterations dropped at the start (default: the suite's, DLPerf used 20)")
-    p.add_argument("--measure-iters", type=_positive, metavar="M",
+    p.add_argument("--measure-iters", type=positive_int, metavar="M",
                    help="iterations measured after the warm-up (default: the suite's, DLPerf used 100)")
     p.add_argument("--prefix", help="use only logs whose name starts with <prefix>_b<B>_ (when a tree mixes models)")
     p.add_argument("--format", choices=["full", "markdown", "dlperf", "json"], default="full",
@@ -62,25 +63,6 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
     p.set_defaults(func=run)
 
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
-
-
-def _non_negative(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
 
 
 def _load_suite(name: str):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from dlperf_tasks.errors import StoreError
+from dlperf_tasks.cli._args import positive_int
 
 DESCRIPTION = """\
 Publish a run directory (result.json, report.md, plots/, logs/ as a sweep leaves them) to an
@@ -57,20 +58,11 @@ def register(subparsers) -> None:
                         "(IP addresses are always redacted)")
     p.add_argument("--redact", metavar="KINDS", default=None,
                    help="what to redact: comma list of ips,hostnames,users (default: all), or 'none'")
-    p.add_argument("--retries", type=_positive, metavar="N", default=None,
+    p.add_argument("--retries", type=positive_int, metavar="N", default=None,
                    help="attempts per object before giving up (default 4, exponential backoff)")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     p.set_defaults(func=run)
 
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
 
 
 def run(args: argparse.Namespace) -> int:

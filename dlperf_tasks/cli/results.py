@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from dlperf_tasks.errors import DlperfError
+from dlperf_tasks.cli._args import positive_int
 
 _EPILOG = """examples:
   dlperf results ls --suite mxnet-bert --since 2026-01-01
@@ -33,15 +34,6 @@ def _date(text: str) -> str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid date {text!r}: expected YYYY-MM-DD") from None
 
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
 
 
 def _common(p: argparse.ArgumentParser, fmt: bool = True) -> None:
@@ -65,7 +57,7 @@ def register(subparsers) -> None:
     q.add_argument("--model", help="only runs holding cells of this model (e.g. bert-base)")
     q.add_argument("--since", type=_date, help="only runs on or after this date (YYYY-MM-DD)")
     q.add_argument("--status", help="only runs with this status (e.g. ok, partial, failed)")
-    q.add_argument("--limit", type=_positive, default=50, help="at most this many rows (default 50)")
+    q.add_argument("--limit", type=positive_int, default=50, help="at most this many rows (default 50)")
     _common(q)
     q.set_defaults(func=cmd_ls)
 
@@ -99,7 +91,7 @@ def register(subparsers) -> None:
     q.add_argument("--suite", required=True)
     q.add_argument("--cell", required=True, metavar="SPEC",
                    help="the cell: full id or its parts in any order, e.g. 4n8g/bz32/fp32")
-    q.add_argument("--last", type=_positive, metavar="N", help="only the last N runs")
+    q.add_argument("--last", type=positive_int, metavar="N", help="only the last N runs")
     q.add_argument("--png", metavar="FILE", help="also write the trend plot here")
     _common(q)
     q.set_defaults(func=cmd_trend)
@@ -109,7 +101,7 @@ def register(subparsers) -> None:
                                    "valid earlier runs (throughput and scaling; see docs/results.md). "
                                    "Exit status 1 if a regression is found.")
     q.add_argument("run_id", metavar="RUN")
-    q.add_argument("--history", type=_positive, default=20, metavar="N", help="baseline runs per cell (default 20)")
+    q.add_argument("--history", type=positive_int, default=20, metavar="N", help="baseline runs per cell (default 20)")
     q.add_argument("--min-effect", type=float, default=3.0, metavar="PCT", help="minimum drop in %% (default 3)")
     q.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney significance level (default 0.01)")
     q.add_argument("--record", action="store_true", help="write the findings into the run's manifest")
