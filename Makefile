@@ -6,27 +6,43 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-smoke test-env test run bench clean
+.PHONY: install install-smoke test-env test test-unit lint run serve bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-install: $(BIN)/python
+# stamps: a second `make run`/`make test` installs nothing unless the lock or pyproject changed
+install: $(VENV)/.installed
+$(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.lock
 	$(BIN)/pip install -q --no-deps -e .
+	touch $@
 
-install-smoke: install
+install-smoke: install $(VENV)/.installed-torch
+$(VENV)/.installed-torch: | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
+	touch $@
 
 test-env:
 	bash scripts/setup-test-env.sh
 
-test: install install-smoke test-env
+lint: install
+	$(BIN)/ruff check dlperf_tasks dags plugins tests bench docker scripts
+
+test-unit: install
+	$(BIN)/python -m pytest tests/unit -q -m "not slow" $(PYTEST_ARGS)
+
+test: install install-smoke test-env lint
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
 run: install install-smoke
 	bash scripts/run-embedded.sh
+
+# the embedded default as a service: UI + scheduler + dag-processor + triggerer (Ctrl-C stops it);
+# e.g. make serve SERVE_ARGS="--dags unpause --port 8081"
+serve: install install-smoke
+	$(BIN)/python -m dlperf_tasks serve $(SERVE_ARGS)
 
 bench: install
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -40,7 +40,7 @@ from _common import (ROOT, BenchError, Timer, goal, machine, peak_rss_mib, run_w
 FIX = ROOT / "tests" / "data" / "fixture_logs"
 #: goals: extraction speed on one core (500 MB of logs in under a minute), and streaming:
 #: reading ONE huge log must not need memory in proportion to its size
-GOAL_MBPS = 10.0
+GOAL_MBPS = 60.0  # issue 12.4: >= 60 MB/s on one core, beside grep -c on the same files
 GOAL_BIGFILE_MIB = 150.0  # peak RSS while reading one huge log (imports included)
 #: above this, the per-trial growth is attributed with tracemalloc (it is expected: every
 #: trial's raw samples stay in the result, result.json carries them)
@@ -49,6 +49,27 @@ ATTRIBUTE_GROWTH_MIB_PER_100MB = 20.0
 # (suite, directory under the generated root, share of the total bytes)
 MIX = [("mxnet-bert", "mxnet_bert", 0.55), ("pytorch-bert", "pytorch_bert", 0.2),
        ("tensorflow-bert", "tensorflow_bert", 0.15), ("mxnet-resnet50", "mxnet_resnet50", 0.10)]
+#: what ``grep -c -F`` counts in each sub-tree (the framework's iteration lines)
+GREP = {"mxnet_bert": "[step ", "pytorch_bert": "Training Iteration", "tensorflow_bert": "Train Step:",
+        "mxnet_resnet50": "Speed:"}
+
+
+def grep_count(tree: Path, literal: str) -> dict[str, float]:
+    """``grep -c -F`` over every .log of ``tree`` on one core: wall and CPU seconds (children rusage)."""
+    import resource
+    import subprocess
+
+    files = sorted(str(p) for p in tree.rglob("*.log"))
+    pin = (lambda: os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})) \
+        if hasattr(os, "sched_setaffinity") else None
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with Timer() as t:
+        for i in range(0, len(files), 500):
+            subprocess.run(["grep", "-c", "-F", "--", literal, *files[i:i + 500]], stdout=subprocess.DEVNULL,
+                           preexec_fn=pin, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"seconds": t.s, "cpu_seconds": cpu}
 
 
 # ------------------------------------------------------------------ log generation
@@ -60,6 +81,9 @@ def _mxnet_bert_4n8g() -> bytes:
     for line in src.splitlines(keepends=True):
         per_rank = b"throughput=" in line or b"Namespace(" in line or b"files are found" in line \
             or b"Train cost" in line
+        if b"Namespace(" in line:  # the run's own arguments must say 32 GPUs' worth (dlperf checks them)
+            line = line.replace(b"total_batch_size=256", b"total_batch_size=1024").replace(
+                b"total_batch_size_eval=256", b"total_batch_size_eval=1024")
         out.append(line * 4 if per_rank else line)
     return b"".join(out)
 
@@ -149,9 +173,12 @@ def work(p: dict[str, Any]) -> dict[str, Any]:
         tracemalloc.start(8)
         tm = tracemalloc
     rss0 = peak_rss_mib()
+    import time
+
+    cpu0 = time.process_time()
     with Timer() as t:
         res = extract_tree(suite, p["path"])
-    out: dict[str, Any] = {"seconds": t.s, "trials": len(res.trials),
+    out: dict[str, Any] = {"seconds": t.s, "cpu_seconds": time.process_time() - cpu0, "trials": len(res.trials),
                            "ok": sum(1 for r in res.trials if r.status.name == "OK"),
                            "cells": len(res.cells), "skipped": len(res.skipped), "rss_after_imports_mib": rss0}
     if tm is not None:
@@ -207,23 +234,32 @@ def main(argv: list[str] | None = None) -> int:
         quarter_b, quarter_n = generate(tmp / "quarter", "mxnet_bert", int(a.size_mb * 1e6 * MIX[0][2] / 4))
         big_b = generate_big_file(tmp, int(big_mb * 1e6))
 
-        total_s = 0.0
+        total_s = total_cpu = grep_s = grep_cpu = 0.0
         for suite, sub, _ in MIX:
             r = run_worker(me, {"suite": suite, "path": str(tmp / "full" / sub)})
+            g = grep_count(tmp / "full" / sub, GREP[sub])
             b, n = gen[sub]
             _check(r, suite)
             total_s += r["seconds"]
+            total_cpu += r["cpu_seconds"]
+            grep_s += g["seconds"]
+            grep_cpu += g["cpu_seconds"]
             mbps = b / 1e6 / r["seconds"]
-            results[suite] = {**r, "bytes": b, "files": n, "mb_per_s": mbps}
+            results[suite] = {**r, "bytes": b, "files": n, "mb_per_s": mbps, "grep": g,
+                              "mb_per_cpu_s": b / 1e6 / max(r["cpu_seconds"], 1e-9)}
             rows.append([f"{suite} (dir)", n, f"{b / 1e6:.1f}", f"{r['ok']}/{r['trials']}", f"{r['seconds']:.1f}",
-                         f"{mbps:.1f}", f"{r['peak_rss_mib']:.0f}"])
+                         f"{mbps:.1f}", f"{b / 1e6 / max(r['cpu_seconds'], 1e-9):.1f}",
+                         f"{b / 1e6 / max(g['seconds'], 1e-9):.0f}", f"{r['peak_rss_mib']:.0f}"])
         overall = total_b / 1e6 / total_s
-        results["overall_mb_per_s"] = overall
+        overall_cpu = total_b / 1e6 / max(total_cpu, 1e-9)
+        results.update(overall_mb_per_s=overall, overall_mb_per_cpu_s=overall_cpu,
+                       grep_mb_per_s=total_b / 1e6 / max(grep_s, 1e-9), grep_mb_per_cpu_s=total_b / 1e6 / max(grep_cpu, 1e-9))
 
         rq = run_worker(me, {"suite": "mxnet-bert", "path": str(tmp / "quarter" / "mxnet_bert")})
         _check(rq, "mxnet-bert (1/4)")
         rows.append(["mxnet-bert (dir, 1/4)", quarter_n, f"{quarter_b / 1e6:.1f}", f"{rq['ok']}/{rq['trials']}",
-                     f"{rq['seconds']:.1f}", f"{quarter_b / 1e6 / rq['seconds']:.1f}", f"{rq['peak_rss_mib']:.0f}"])
+                     f"{rq['seconds']:.1f}", f"{quarter_b / 1e6 / rq['seconds']:.1f}",
+                     f"{quarter_b / 1e6 / max(rq['cpu_seconds'], 1e-9):.1f}", "", f"{rq['peak_rss_mib']:.0f}"])
         full = results["mxnet-bert"]
         growth = (full["peak_rss_mib"] - rq["peak_rss_mib"]) / max(1e-9, (full["bytes"] - quarter_b) / 1e8)
         results["rss_growth_mib_per_100mb"] = growth
@@ -238,24 +274,31 @@ def main(argv: list[str] | None = None) -> int:
                                  "mb_per_s": full["bytes"] / 1e6 / rt["seconds"]}
             rows.append(["mxnet-bert (.tar.gz)", full["files"], f"{full['bytes'] / 1e6:.1f} ({tar_b / 1e6:.0f} gz)",
                          f"{rt['ok']}/{rt['trials']}", f"{rt['seconds']:.1f}",
-                         f"{full['bytes'] / 1e6 / rt['seconds']:.1f}", f"{rt['peak_rss_mib']:.0f}"])
+                         f"{full['bytes'] / 1e6 / rt['seconds']:.1f}",
+                         f"{full['bytes'] / 1e6 / max(rt['cpu_seconds'], 1e-9):.1f}", "", f"{rt['peak_rss_mib']:.0f}"])
 
         rb = run_worker(me, {"suite": "mxnet-bert", "path": str(tmp / "big")})
         _check(rb, "mxnet-bert (one big log)")
         results["big_file"] = {**rb, "bytes": big_b, "mb_per_s": big_b / 1e6 / rb["seconds"]}
         rows.append(["mxnet-bert (ONE log)", 1, f"{big_b / 1e6:.1f}", f"{rb['ok']}/{rb['trials']}",
-                     f"{rb['seconds']:.1f}", f"{big_b / 1e6 / rb['seconds']:.1f}", f"{rb['peak_rss_mib']:.0f}"])
+                     f"{rb['seconds']:.1f}", f"{big_b / 1e6 / rb['seconds']:.1f}",
+                     f"{big_b / 1e6 / max(rb['cpu_seconds'], 1e-9):.1f}", "", f"{rb['peak_rss_mib']:.0f}"])
 
         print()
         print(f"extraction on one core ({machine()})")
-        print(table(["tree", "files", "MB", "ok/trials", "s", "MB/s", "peak RSS MiB"], rows))
+        print(table(["tree", "files", "MB", "ok/trials", "s", "MB/s", "MB/CPU-s", "grep -c MB/s", "peak RSS MiB"], rows))
         print()
-        print(f"overall: {total_b / 1e6:.0f} MB in {total_s:.1f} s = {overall:.1f} MB/s")
+        print(f"overall: {total_b / 1e6:.0f} MB in {total_s:.1f} s = {overall:.1f} MB/s wall, "
+              f"{overall_cpu:.1f} MB per CPU-second ({total_cpu:.1f} CPU-s); "
+              f"grep -c -F on the same files in this run: {results['grep_mb_per_s']:.0f} MB/s wall, "
+              f"{results['grep_mb_per_cpu_s']:.0f} MB per CPU-second ({os.getloadavg()[0]:.1f} load average)")
         per_trial = (full['peak_rss_mib'] - rq['peak_rss_mib']) / max(1, full['trials'] - rq['trials']) * 1024
         results["rss_growth_kib_per_trial"] = per_trial
         print(f"peak RSS growth (mxnet-bert 1/4 -> full): {growth:.1f} MiB per 100 MB of logs = {per_trial:.0f} KiB "
               "per trial (info: the trials' raw samples stay in the result; one huge log shows whether reading streams)")
-        print(goal("extraction speed (one core)", overall, GOAL_MBPS, lower_is_better=False, unit="MB/s"))
+        print(goal("extraction speed (one core, wall)", overall, GOAL_MBPS, lower_is_better=False, unit="MB/s"))
+        print(goal("extraction speed (one core, CPU time: what a shared VM cannot inflate)", overall_cpu, GOAL_MBPS,
+                   lower_is_better=False, unit="MB/s"))
         print(goal(f"streaming: one {big_b / 1e6:.0f} MB log", rb["peak_rss_mib"], GOAL_BIGFILE_MIB, unit="MiB"))
 
         if a.no_tracemalloc:

@@ -15,7 +15,7 @@ the longest chain is the longest trial).
    stand-in trainer replaying TensorFlow BERT logs, one process per node) with short trials
    of about ``--trial-s`` seconds. Makespan = first trial start to last trial end (from the
    trial files); its bound is computed from the *measured* trial durations. Without
-   ``--cluster`` it starts 4 throwaway sshd nodes on 127.0.x.y (tests/unit/_remote_sshd.py).
+   ``--cluster`` it starts 4 throwaway sshd nodes on 127.0.x.y (tests/fixtures/sshd_nodes.py).
 
 Goals (issue 7): packed <= 1.15 x lower bound, and packed >= 2x faster than sequential.
 Exit status: 0 unless something really failed (a missed goal is only printed).
@@ -30,7 +30,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -87,6 +86,7 @@ def host_suite(dest: Path, trial_s: float, iters: int) -> Path:
     data["launcher"] = dict(data.get("launcher") or {})
     data["launcher"]["workdir"] = str(STANDIN / "workspace/models/official/nlp/bert")
     data["launcher"]["python"] = sys.executable
+    data["launcher"]["node_files_dir"] = str(ROOT / "dlperf_tasks/catalog/data")  # host runtime: the BERT config
     speed_per_gpu = 100.0
     # the stand-in sleeps (global batch / speed) x time_scale per step; global batch = bz x world,
     # speed = per_gpu x world -> a step takes bz / per_gpu synthetic seconds whatever the topology
@@ -149,7 +149,7 @@ def _ts(v: Any) -> float | None:
 def start_nodes(tmp: Path):
     """4 throwaway real sshd nodes (8 'GPUs' each) -> (nodes, cluster YAML)."""
     sys.path.insert(0, str(ROOT))
-    from tests.unit._remote_sshd import make_nodes
+    from tests.fixtures.sshd_nodes import make_nodes
 
     return make_nodes(tmp, 4, base_octet=140, gpus=8)
 
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                     real[p] = run_real(p, suite, cluster, tmp / f"out-{p}", a.trials, timeout)
             finally:
                 if nodes:
-                    from tests.unit._remote_sshd import stop_nodes
+                    from tests.fixtures.sshd_nodes import stop_nodes
 
                     stop_nodes(nodes)
                 shutil.rmtree(tmp, ignore_errors=True)

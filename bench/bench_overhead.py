@@ -66,7 +66,16 @@ def direct_wall(cluster: Cluster, runtime, facts, trial: Trial, suite, nodes: li
         cmds.append(runtime.node_command(spec, trial=trial, run_id="bench-direct", node=cluster.node(n), node_rank=r,
                                          facts=facts[n], log_dir=str(tmp / f"direct-{n}"), attempt=1))
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(["bash", "-c", c], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in cmds]
+    for c in cmds:
+        for d in c.mkdirs:
+            os.makedirs(d, exist_ok=True)
+    procs = []
+    for c in cmds:  # what the job runner does: argv, env, and the container's env file on stdin
+        p = subprocess.Popen(c.argv, cwd=c.cwd, env={**os.environ, **c.env}, stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p.stdin.write(c.stdin)
+        p.stdin.close()
+        procs.append(p)
     codes = [p.wait() for p in procs]
     wall = time.perf_counter() - t0
     if any(codes):

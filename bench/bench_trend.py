@@ -34,7 +34,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
 
-    from dlperf_tasks.history import synth
+    from tests.fixtures import synth
     from dlperf_tasks.store.store import Store
     from tests.fixtures.s3 import SeaweedS3
 
@@ -53,7 +53,7 @@ def main() -> int:
             print(f"seeded {args.runs} runs into {url.split('?')[0]} in {seed_s:.1f} s "
                   f"(index/mxnet-bert.json: {index_bytes / 1024:.0f} KiB)")
 
-            env = dict(os.environ, DLPERF_STORE=url)
+            env = dict(os.environ, DLPERF_STORE_URL=url)
             base = [sys.executable, "-m", "dlperf_tasks", "results", "trend", "--suite", "mxnet-bert",
                     "--cell", "4n8g/bz32/fp32", "--format", "json"]
             figures = {}

@@ -73,6 +73,14 @@ class Cell:
     xla: bool = False
     layout: ParallelLayout | None = None
     window: Window = field(default_factory=Window)
+    #: gradient accumulation steps (micro-batches per optimizer step) where the suite makes it a cell
+    #: parameter (pytorch-bert, seed 001); None = not a parameter of this suite (ids unchanged)
+    accumulation: int | None = None
+
+    @property
+    def gradient_accumulation_steps(self) -> int | None:
+        """Alias of :attr:`accumulation` (the catalog field's name)."""
+        return self.accumulation
 
     @property
     def precision_tag(self) -> str:
@@ -82,6 +90,8 @@ class Cell:
     @property
     def id(self) -> str:
         parts = [self.suite, f"bz{self.batch_size_per_device}", self.precision_tag + ("_xla" if self.xla else "")]
+        if self.accumulation is not None:
+            parts.append(f"ga{self.accumulation}")
         if self.layout is not None:
             parts.append(self.layout.case)
         parts.append(self.topology.name)
@@ -90,7 +100,8 @@ class Cell:
     @property
     def baseline_key(self) -> tuple:
         """Cells sharing this key are compared for speedup (same model, precision, xla, batch size)."""
-        return (self.suite, self.model, self.precision, self.xla, self.batch_size_per_device)
+        key = (self.suite, self.model, self.precision, self.xla, self.batch_size_per_device)
+        return key if self.accumulation is None else key + (self.accumulation,)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -131,9 +142,12 @@ class Trial:
         return cls(Cell.from_dict(d["cell"]), int(d["index"]))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sample:
-    """One per-iteration measurement taken from a log (PerfKit-style: value + unit + metadata)."""
+    """One per-iteration measurement taken from a log (PerfKit-style: value + unit + metadata).
+
+    Treat as immutable. Not ``frozen``: a frozen slots dataclass costs ~0.8 us to build against
+    ~0.2 us, and extraction builds one per logged line (issue 12.4's 60 MB/s)."""
 
     iteration: int
     value: float  # throughput (samples/s) or latency (ms/iteration), see ``unit``
@@ -141,6 +155,7 @@ class Sample:
     rank: int | None = None
     timestamp: float | None = None  # seconds (absolute or relative), when the log prints one
     memory_mib: float | None = None
+    loss: float | None = None  # the loss the framework printed for this iteration (mlm+nsp, lm loss...)
 
 
 @dataclass
@@ -152,6 +167,20 @@ class LogFacts:
     crash_markers: list[str] = field(default_factory=list)  # e.g. "Traceback", "NCCL error", "Killed"
     errors: list[str] = field(default_factory=list)  # parse problems (non-numeric value, garbage...)
     lines: int = 0
+    # --- the run's own arguments, as the log prints them (DLE Config, gluon-nlp Namespace,
+    # Megatron arguments block, a launcher trace line); None = the log does not say
+    args: dict[str, str] = field(default_factory=dict)  # the raw values read (a few keys, not all)
+    args_source: str = ""  # where they were read, e.g. "DLE PARAMETER Config line"
+    batch_per_device: int | None = None  # micro-batch per GPU per forward/backward
+    accumulation: int | None = None  # gradient accumulation steps per logged (optimizer) step
+    world_size: int | None = None
+    global_batch: int | None = None  # samples per optimizer step over all GPUs
+    stride: int | None = None  # iterations between two logged iteration lines (log_freq, log_interval)
+    final_loss: float | None = None
+    nonfinite_losses: list[str] = field(default_factory=list)  # "iteration 40: lm loss = nan"
+    # the framework's own throughput summary (DLE training_sequences_per_second): value + name
+    framework_figure: float | None = None
+    framework_figure_name: str = ""
 
 
 @dataclass
@@ -184,6 +213,12 @@ class TrialMetric:
     kind: MetricKind = MetricKind.THROUGHPUT
     memory_mib: float | None = None
     throughput: float | None = None  # samples/s also for LATENCY kinds (global_batch / latency)
+    #: what ``memory_mib`` is and where it was read (e.g. "max reserved, torch caching allocator (log)");
+    #: never an nvidia-smi figure unless it says so
+    memory_source: str | None = None
+    #: additive details: "framework_figure" (+ "_name"), "framework_disagreement" (fraction),
+    #: "flags" (list of notes that do not invalidate), "samples_per_step", "final_loss"
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -26,6 +26,12 @@ from dlperf_tasks.model import Cell, Trial, Window
 from dlperf_tasks.topology import Topology
 
 PLAN_SCHEMA_VERSION = 1
+# size limits, checked BEFORE anything is expanded (a 32-digit node count or --trials 9999999999
+# used to loop and take gigabytes); the scheduler's max_map_length is checked on top (its params module)
+MAX_TRIALS_PER_CELL = 100
+MAX_NODES = 4096
+MAX_GPUS_PER_NODE = 64
+MAX_PLAN_TRIALS = 100_000
 PRECISIONS = ("fp32", "amp")
 _PRECISION_ALIASES = {"fp32": "fp32", "amp": "amp", "fp16": "amp"}
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -68,7 +74,17 @@ def _int(value: Any, what: str, minimum: int) -> int:
         raise PlanError(f"{what}: {value!r} is not an integer") from None
     if n < minimum:
         raise PlanError(f"{what}: {n} must be >= {minimum}")
+    if what == "trials" and n > MAX_TRIALS_PER_CELL:
+        raise PlanError(f"trials: {n} is more than the maximum of {MAX_TRIALS_PER_CELL} trials per cell")
     return n
+
+
+def check_topology_size(topo: Topology, what: str = "topologies") -> Topology:
+    """Refuse node / GPU counts no cluster has (before anything loops over them)."""
+    if topo.nodes > MAX_NODES or topo.gpus_per_node > MAX_GPUS_PER_NODE:
+        raise PlanError(f"{what}: {str(topo.nodes)[:40]}n{str(topo.gpus_per_node)[:40]}g is too large "
+                        f"(at most {MAX_NODES} nodes and {MAX_GPUS_PER_NODE} GPUs per node)")
+    return topo
 
 
 def parse_xla(value: Any) -> tuple[bool, ...]:
@@ -121,7 +137,7 @@ class Overrides:
                     precs.append(_PRECISION_ALIASES[p.lower()])
             kw["precisions"] = tuple(precs)
         if "topologies" in d:
-            kw["topologies"] = tuple(Topology.parse(t).name for t in _split(d["topologies"]))
+            kw["topologies"] = tuple(check_topology_size(Topology.parse(t)).name for t in _split(d["topologies"]))
         if "xla" in d:
             kw["xla"] = parse_xla(d["xla"])
         if "trials" in d:
@@ -230,6 +246,9 @@ class Plan:
         head = ["#", "cell", "bz/dev", "precision", "xla", "topology", "gpus"]
         if layout:
             head += ["dp", "mp", "pp", "global_bz"]
+        accumulation = any(c.accumulation is not None for c in self.cells)
+        if accumulation:
+            head += ["grad_acc", "samples/step"]
         head += ["trials"]
         rows = []
         for i, c in enumerate(self.cells, 1):
@@ -238,6 +257,9 @@ class Plan:
             if layout:
                 lay = c.layout
                 row += [str(lay.dp), str(lay.mp), str(lay.pp), str(lay.global_batch)] if lay else ["", "", "", ""]
+            if accumulation:
+                acc = c.accumulation or 1
+                row += [str(acc), str(acc * c.batch_size_per_device * c.topology.world_size)]
             row.append(str(len(self.trials_of(c))))
             rows.append(row)
         lines = [f"suite {self.suite} (framework {self.framework}, model {self.model}, "
@@ -275,32 +297,12 @@ def _image(suite: Suite, tag: str | None) -> str | None:
     return f"{repo}:{tag}"
 
 
-def _log_paths(framework_name: str, suite: Suite, trial: Trial) -> tuple[str, ...]:
-    """Per node rank log paths: the framework module's layout, or the seeds' base layout."""
-    fw = None
-    try:
-        from dlperf_tasks import frameworks
+def _log_paths(framework_name: str, trial: Trial) -> tuple[str, ...]:
+    """Per node rank log paths: the framework module owns its log names (Framework.log_relpath)."""
+    from dlperf_tasks import frameworks
 
-        fw = frameworks.get(framework_name)
-    except (ImportError, KeyError):
-        fw = None
-    nodes = trial.cell.topology.nodes
-    if fw is not None:
-        return tuple(fw.log_relpath(trial, r) for r in range(nodes))
-    return tuple(base_log_relpath(suite, trial, r) for r in range(nodes))
-
-
-def base_log_relpath(suite: Suite, trial: Trial, node_rank: int = 0) -> str:
-    """The seeds' layout, used when the framework module cannot be imported:
-    ``logs/<framework>/<model>/bz<B>/<N>n<G>g/[<case>/]<prefix>_b<B>_<prec>[_xla]_<trial>.log``."""
-    logs = suite.extra.get("logs") or {}
-    c = trial.cell
-    fw_dir, model, prefix = logs.get("framework", suite.dag), logs.get("model", suite.model), logs.get("prefix", suite.model)
-    case = f"{c.layout.case}/" if c.layout else ""
-    prec = c.precision_tag + ("_xla" if c.xla else "")
-    base = (f"logs/{fw_dir}/{model}/bz{c.batch_size_per_device}/{c.topology.name}/{case}"
-            f"{prefix}_b{c.batch_size_per_device}_{prec}_{trial.index}")
-    return base + (".log" if node_rank == 0 else f".node{node_rank}.log")
+    fw = frameworks.get(framework_name)
+    return tuple(fw.log_relpath(trial, r) for r in range(trial.cell.topology.nodes))
 
 
 def _check_subset(asked: Iterable, known: Iterable, what: str, suite: Suite) -> None:
@@ -310,8 +312,11 @@ def _check_subset(asked: Iterable, known: Iterable, what: str, suite: Suite) -> 
                         f"the suite has: {', '.join(map(str, known))}")
 
 
-def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None) -> Plan:
-    """Cells and trials of ``suite`` with ``overrides`` applied (see module docstring for the order)."""
+def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None,
+         max_trials: int = MAX_PLAN_TRIALS) -> Plan:
+    """Cells and trials of ``suite`` with ``overrides`` applied (see module docstring for the order).
+    Sizes are checked before anything is expanded: more than ``max_trials`` trials is refused with
+    a message naming the fields."""
     ov = overrides if isinstance(overrides, Overrides) else Overrides.from_dict(overrides)
 
     if ov.models is not None:
@@ -335,7 +340,17 @@ def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None) -
     trials_n = ov.trials if ov.trials is not None else suite.trials
     if trials_n < 1:
         raise PlanError(f"trials: {trials_n} must be >= 1")
+    _int(trials_n, "trials", 1)
+    for t in topologies:
+        check_topology_size(t)
     image = _image(suite, ov.image_tag)
+    bzs = ov.batch_sizes if ov.batch_sizes is not None else {b for p in precisions for b in suite.batch_sizes_for(p)}
+    upper = (len(suite.layouts) if suite.layouts else len(bzs) * len(topologies)) * len(precisions) * len(xla_values)
+    sizes = (f"batch_sizes {len(bzs)} x precisions {len(precisions)} x xla {len(xla_values)} x topologies "
+             f"{len(topologies)} x trials {trials_n}")
+    if upper > MAX_PLAN_TRIALS or upper * trials_n > 10 * max(max_trials, MAX_PLAN_TRIALS):
+        raise PlanError(f"plan too large: up to {upper * trials_n} trials ({sizes}); at most {max_trials}: "
+                        f"choose fewer batch_sizes, topologies or trials")
 
     cells: list[Cell] = []
     if suite.layouts:
@@ -369,20 +384,24 @@ def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None) -
                     continue
                 for xla in xla_values:
                     for topo in topologies:
-                        if not ov.include_excluded and suite.excluded(bz, prec, xla, topo):
-                            continue
-                        cells.append(Cell(suite=suite.id, framework=suite.framework, model=suite.model,
-                                          precision=prec, batch_size_per_device=bz, topology=topo, xla=xla,
-                                          window=window))
+                        for acc in suite.accumulation_steps or (None,):
+                            if not ov.include_excluded and suite.excluded(bz, prec, xla, topo, acc):
+                                continue
+                            cells.append(Cell(suite=suite.id, framework=suite.framework, model=suite.model,
+                                              precision=prec, batch_size_per_device=bz, topology=topo, xla=xla,
+                                              window=window, accumulation=acc))
     if not cells:
         raise PlanError(f"suite {suite.id}: the overrides select no cell (every combination is excluded)")
+    if len(cells) * trials_n > max_trials:
+        raise PlanError(f"plan too large: {len(cells) * trials_n} trials ({len(cells)} cells from {sizes}); at most "
+                        f"{max_trials}: choose fewer batch_sizes, topologies or trials")
 
     trials = []
     seen_logs: dict[str, str] = {}
     for cell in cells:
         for i in range(1, trials_n + 1):
             t = Trial(cell, i)
-            paths = _log_paths(suite.framework, suite, t)
+            paths = _log_paths(suite.framework, t)
             for p in paths:
                 if p in seen_logs:
                     raise PlanError(f"trials {seen_logs[p]} and {t.id} would write the same log {p}; "
@@ -396,4 +415,4 @@ def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None) -
     )
 
 
-__all__ = ["Overrides", "Plan", "PlannedTrial", "base_log_relpath", "format_table", "parse_xla", "plan"]
+__all__ = ["Overrides", "Plan", "PlannedTrial", "format_table", "parse_xla", "plan"]

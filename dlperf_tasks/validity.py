@@ -8,7 +8,11 @@ A trial is valid (``TrialStatus.OK``) only when
 * every sample value is finite (and > 0, except raw timestamps),
 * no crash marker (``Traceback``, ``NCCL error``, ``Killed`` ...) and no parse error was seen,
 * the framework's own :meth:`Framework.check` has no objection,
-* the framework's speed rule yields a finite value > 0.
+* the framework's speed rule yields a finite value > 0,
+* no iteration is logged twice by the same rank (see :func:`repeated_iterations`),
+* every loss the log printed is finite (:attr:`LogFacts.nonfinite_losses`),
+* the value is physically plausible: samples/s per GPU at most the suite's
+  ``plausible_max_per_gpu`` (catalog), or for latency metrics a latency at least that floor.
 
 Otherwise the result keeps its raw samples (and, where the speed rule could still be
 applied, the raw value) with status ``INVALID_LOG`` (``NONZERO_EXIT`` for a non-zero exit
@@ -21,14 +25,19 @@ Pure logic, no I/O.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import Counter
+from operator import attrgetter, sub
 from typing import Mapping
 
 from dlperf_tasks.frameworks.base import Framework
-from dlperf_tasks.model import ParsedLog, Trial, TrialMetric, TrialResult, TrialStatus, Window
+from dlperf_tasks.model import MetricKind, ParsedLog, Trial, TrialMetric, TrialResult, TrialStatus, Window
 
 #: sample units whose value is a timestamp (may be 0 or negative relative times)
 _TIMESTAMP_UNITS = {"s"}
+_VALUE = attrgetter("value")
+_KEY = attrgetter("iteration", "rank")
+_ITERATION = attrgetter("iteration")
 _MAX_LISTED = 5
 
 
@@ -60,7 +69,7 @@ def iteration_problems(iterations: list[int], window: Window) -> list[str]:
     The stride is the most common step between consecutive iterations, so logs that print
     every 10th iteration (Megatron ``--log-interval 10``) are checked for gaps too.
     """
-    its = sorted(set(int(i) for i in iterations))
+    its = sorted(set(iterations))
     if not its:
         return ["no iteration lines found in the log"]
     problems = []
@@ -70,10 +79,12 @@ def iteration_problems(iterations: list[int], window: Window) -> list[str]:
             f"log ends at iteration {last}, expected {window.total} "
             f"({window.warmup} warm-up + {window.measure} measured): truncated or crashed run"
         )
-    upto = [i for i in its if i <= window.total]
-    if len(upto) >= 2:
-        diffs = Counter(b - a for a, b in zip(upto, upto[1:]))
-        stride = diffs.most_common(1)[0][0]
+    upto = its[:bisect_right(its, window.total)]  # sorted: the iterations up to the window's end
+    if len(upto) >= 2 and upto[-1] - upto[0] != len(upto) - 1:  # else: distinct ints, every step 1, no gap
+        diffs = Counter(map(sub, upto[1:], upto))
+        stride, times = diffs.most_common(1)[0]
+        if times == len(upto) - 1:  # every step is the stride: no gap
+            return problems
         missing: list[int] = []
         for a, b in zip(upto, upto[1:]):
             if b - a != stride:
@@ -103,17 +114,90 @@ def generic_problems(parsed: ParsedLog, window: Window, expected_ranks: list[int
         missing = sorted(set(expected_ranks) - set(facts.ranks_seen))
         if missing:
             reasons.append(f"ranks {_fmt_list(missing)} printed no iteration lines")
+    bad = [] if _all_values_fine(parsed.samples) else _bad_values(parsed.samples)
+    if bad:
+        reasons.append(f"non-finite or non-positive values ({len(bad)}): {_fmt_list(bad)}")
+    if facts.nonfinite_losses:
+        reasons.append(f"non-finite loss ({len(facts.nonfinite_losses)}): {_fmt_list(facts.nonfinite_losses)}")
+    reasons.extend(repeated_iterations(parsed, expected_ranks))
+    return reasons, nonzero
+
+
+def _all_values_fine(samples) -> bool:
+    """Fast path (C-level min/max/sum over one list): every value a finite number, > 0 unless a timestamp."""
+    try:
+        vals = list(map(_VALUE, samples))
+        if not vals:
+            return True
+        total = sum(vals)
+    except TypeError:
+        return False
+    if not -math.inf < total < math.inf:  # NaN or an infinity somewhere
+        return False
+    return min(vals) > 0 or all(s.unit in _TIMESTAMP_UNITS for s in samples)
+
+
+def _bad_values(samples) -> list[str]:
     bad = []
-    for s in parsed.samples:
+    for s in samples:
         v = s.value
         ok = isinstance(v, (int, float)) and math.isfinite(v)
         if ok and s.unit not in _TIMESTAMP_UNITS:
             ok = v > 0
         if not ok:
             bad.append(f"iteration {s.iteration}: {v!r}")
-    if bad:
-        reasons.append(f"non-finite or non-positive values ({len(bad)}): {_fmt_list(bad)}")
-    return reasons, nonzero
+    return bad
+
+
+def repeated_iterations(parsed: ParsedLog, expected_ranks: list[int] | None = None) -> list[str]:
+    """Iterations a rank logged more than once (a restarted or concatenated run: which copy would
+    the window measure?). The one legitimate repetition is one line per rank and step where every
+    rank prints and lines carry no rank (MXNet BERT without ``--tag-output``): those are counted per
+    step against the world size by the framework's own check, not here."""
+    if expected_ranks and not parsed.facts.ranks_seen:
+        return []
+    samples = parsed.samples
+    if len(set(map(_ITERATION, samples))) == len(samples):  # distinct iterations: distinct keys
+        return []
+    keys = list(map(_KEY, samples))
+    if len(set(keys)) == len(keys):
+        return []
+    seen: dict[tuple, object] = {}
+    dups: list[str] = []
+    for s in parsed.samples:
+        key = (s.iteration, s.rank)
+        if key in seen:
+            if len(dups) < _MAX_LISTED:
+                who = f" (rank {s.rank})" if s.rank is not None else ""
+                dups.append(f"{s.iteration}{who}: {seen[key]!r} and {s.value!r}")
+            else:
+                dups.append("")
+        else:
+            seen[key] = s.value
+    if not dups:
+        return []
+    shown = "; ".join(d for d in dups if d)
+    return [f"iteration logged twice ({len(dups)}): {shown} (a restarted or concatenated log; rerun the trial)"]
+
+
+def plausibility_problem(metric: TrialMetric, world: int, bound: float | None) -> str | None:
+    """The catalog's physical bound: samples/s per GPU above ``bound`` (throughput) or a latency
+    below ``bound`` ms/iteration (latency) is impossible, whatever the log says."""
+    if bound is None or bound <= 0:
+        return None
+    v = metric.value
+    if MetricKind(metric.kind) == MetricKind.LATENCY:
+        if isinstance(v, (int, float)) and v < bound:
+            return (f"latency {v!r} ms/iter is below the plausible floor {bound:g} ms/iter "
+                    "(catalog plausible_max_per_gpu)")
+        return None
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    per_gpu = v / max(world, 1)
+    if per_gpu > bound:
+        return (f"{per_gpu:.4g} samples/s per GPU is above the plausible maximum {bound:g} "
+                "(catalog plausible_max_per_gpu)")
+    return None
 
 
 def _metric_problem(metric: TrialMetric) -> str | None:
@@ -127,12 +211,14 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
          exit_codes: Mapping[str, int | None] | None = None,
          runtime_status: TrialStatus | None = None, runtime_reason: str = "",
          log_paths: list[str] | None = None, nodes: list[str] | None = None,
-         started_at: float | None = None, finished_at: float | None = None) -> TrialResult:
+         started_at: float | None = None, finished_at: float | None = None,
+         plausible_max_per_gpu: float | None = None) -> TrialResult:
     """Check one trial and compute its metric.
 
     ``window`` defaults to the cell's window. ``runtime_status`` is what the runner saw
     (``HANG``, ``TIMEOUT``, ``NONZERO_EXIT``...); any status other than OK/None is kept,
-    with the log problems appended to the reason.
+    with the log problems appended to the reason. ``plausible_max_per_gpu``: the suite's bound
+    (None: the framework's default ``Framework.plausible_max_per_gpu``).
     """
     cell = trial.cell
     window = window or cell.window
@@ -149,7 +235,8 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
         if not reasons:  # only worth saying when nothing else explains it
             reasons.append(f"speed rule failed: {type(exc).__name__}: {exc}")
     if metric is not None and not reasons:
-        problem = _metric_problem(metric)
+        bound = plausible_max_per_gpu if plausible_max_per_gpu is not None else framework.plausible_max_per_gpu
+        problem = plausibility_problem(metric, cell.topology.world_size, bound) or _metric_problem(metric)
         if problem:
             reasons.append(problem)
 

@@ -1,43 +1,111 @@
-"""Airflow plugin: the DLPerf results page inside the Airflow UI.
+"""Airflow plugin: the DLPerf results page inside the Airflow UI, behind Airflow's login.
 
 Registers (Airflow 3 plugin interface, see airflow/plugins_manager.py):
 
 - ``fastapi_apps``: the results web app (:mod:`dlperf_tasks.history.web`) mounted in the
-  api-server under ``/dlperf`` (recent runs per suite, each run's tables, plots and
-  regression findings, cell trends), read from the results store;
+  api-server under ``/dlperf``;
 - ``external_views``: a "DLPerf results" entry in the UI navigation (Browse menu) that shows
-  that page inside the Airflow UI (``/plugin/dlperf-results``).
+  that page inside the Airflow UI (``/plugin/dlperf-results``);
+- ``global_operator_extra_links``: a "DLPerf results" button on the ``publish`` task of every
+  dlperf DAG run, to ``/dlperf/dag-runs/<dag_id>/<dag_run_id>`` (which redirects to the
+  results page of the run(s) that DAG run published).
 
-The store: ``$DLPERF_STORE`` if set, else ``[dlperf] store_url`` (airflow.cfg or
+Access: Airflow mounts plugin apps with ``app.mount``, which inherits none of the core API's
+authentication, so every route of the app depends on :func:`authorize`: the caller is
+authenticated by Airflow's own ``get_user`` (the UI's ``_token`` JWT cookie or an
+``Authorization: Bearer`` token, checked by the configured auth manager; none -> 401, a bad
+or expired token -> 401/403) and authorised by the auth manager's ``is_authorized_dag``: a
+user who may read a dlperf DAG may read the results of that DAG's suites
+(:mod:`dlperf_tasks.history.access`). No route is open, ``/healthz`` included.
+
+The store: ``$DLPERF_STORE_URL`` if set, else ``[dlperf] store_url`` (airflow.cfg or
 ``AIRFLOW__DLPERF__STORE_URL``), else the store's default. S3 credentials come from the
 environment (``DLPERF_S3_ACCESS_KEY_ID``/``DLPERF_S3_SECRET_ACCESS_KEY``) only.
-The page is read-only; note that Airflow does not put plugin apps behind its login.
 """
 
 from __future__ import annotations
 
-import os
+import functools
+from urllib.parse import urlsplit
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from airflow.plugins_manager import AirflowPlugin
+from airflow.sdk import BaseOperatorLink
 
 URL_PREFIX = "/dlperf"
+DAG_PREFIX = "dlperf_"
 
 
 def _store():
+    from dlperf_tasks.airflow import settings
     from dlperf_tasks.history.source import open_store
 
-    url = os.environ.get("DLPERF_STORE")
-    if not url:
-        from airflow.configuration import conf
+    return open_store(settings=settings.load())  # $DLPERF_STORE_URL, else [dlperf] store_url, else the default
 
-        url = conf.get("dlperf", "store_url", fallback=None)
-    return open_store(url or None)
+
+@functools.lru_cache(maxsize=1)
+def suite_dags() -> dict[str, str]:
+    """Suite id -> the dag_id of the DAG that runs it (from the catalog, as the DAG factory)."""
+    from dlperf_tasks.catalog.loader import list_suites
+
+    return {s.id: f"{DAG_PREFIX}{s.dag}" for s in list_suites(errors=[])}
+
+
+def _airflow_base() -> str:
+    """Path of the Airflow UI on this api-server (links stay on the page's own origin)."""
+    from airflow.configuration import conf
+
+    return urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
+
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+async def authorize(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)):
+    """FastAPI dependency of every route: the authenticated Airflow user -> a Viewer (403 when
+    the auth manager lets the user read no dlperf DAG). Authentication is Airflow's own
+    ``get_user`` (Bearer header first, else the ``_token`` cookie), imported at request time so
+    loading the plugin in the scheduler or a worker imports nothing of the API server."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+    from airflow.api_fastapi.core_api.security import get_user
+
+    user = await get_user(request, None, credentials)
+
+    from dlperf_tasks.history.access import AccessDenied, viewer_for
+
+    manager = get_auth_manager()
+
+    def can_read_dag(dag_id: str | None) -> bool:
+        details = DagDetails(id=dag_id) if dag_id else None
+        return manager.is_authorized_dag(method="GET", details=details, user=user)
+
+    try:
+        return viewer_for(user.get_name(), suite_dags(), can_read_dag)
+    except AccessDenied as exc:
+        raise HTTPException(status_code=403, detail=str(exc)) from None
 
 
 def _app():
     from dlperf_tasks.history.web import create_app
 
-    return create_app(_store)
+    return create_app(_store, authorize=authorize, dag_of=lambda suite: suite_dags().get(suite),
+                      ui_base=_airflow_base())
+
+
+class DlperfResultsLink(BaseOperatorLink):
+    """Extra link of a dlperf DAG's publish task: the results of that DAG run ("" elsewhere)."""
+
+    name = "DLPerf results"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        if not (ti_key.dag_id.startswith(DAG_PREFIX) and ti_key.task_id == "publish"):
+            return ""
+        from dlperf_tasks.history.links import dag_run_results_url
+
+        return dag_run_results_url(_airflow_base(), ti_key.dag_id, ti_key.run_id)
 
 
 class DlperfResultsPlugin(AirflowPlugin):
@@ -50,3 +118,4 @@ class DlperfResultsPlugin(AirflowPlugin):
         "category": "browse",
         "url_route": "dlperf-results",
     }]
+    global_operator_extra_links = [DlperfResultsLink()]

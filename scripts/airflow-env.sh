@@ -26,13 +26,15 @@ template, cfg, root, home, port = sys.argv[1:]
 old = configparser.ConfigParser(interpolation=None)
 if os.path.exists(cfg):
     old.read(cfg)
-def keep(section, key, make):
-    return old.get(section, key, fallback="") or make()
+def keep(section, key, make, min_len=1):
+    value = old.get(section, key, fallback="")
+    return value if len(value) >= min_len else make()
 text = open(template).read()
 for k, v in {"@DLPERF_ROOT@": root, "@AIRFLOW_HOME@": home, "@API_PORT@": port}.items():
     text = text.replace(k, v)
 extra = {
-    ("api_auth", "jwt_secret"): keep("api_auth", "jwt_secret", lambda: secrets.token_urlsafe(32)),
+    # HS512 wants a key of at least 64 bytes (PyJWT warns below): an older, shorter one is replaced
+    ("api_auth", "jwt_secret"): keep("api_auth", "jwt_secret", lambda: secrets.token_urlsafe(64), min_len=64),
     ("api", "secret_key"): keep("api", "secret_key", lambda: secrets.token_urlsafe(32)),
     ("core", "fernet_key"): keep("core", "fernet_key", lambda: base64.urlsafe_b64encode(os.urandom(32)).decode()),
 }

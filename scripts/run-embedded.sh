@@ -20,7 +20,9 @@ mkdir -p .run
 LOG="$ROOT/.run/embedded-$(date -u +%Y%m%dT%H%M%S).log"
 echo "running $DAG through Airflow (dag.test); Airflow's log: $LOG"
 start=$(date +%s)
-if ! "$PY" -m dlperf_tasks.airflow.embedded run --dag "$DAG" --conf "$CONF" >"$LOG" 2>&1; then
+# the full log goes to $LOG; the trials' progress lines ("dlperf: ...") are shown here as they come
+progress() { { grep --line-buffered -o 'dlperf: .*' || true; } | sed -u -e 's/^dlperf: /  /' -e 's/ \[[a-z_.]*\.TrialOperator\].*$//'; }
+if ! "$PY" -m dlperf_tasks.airflow.embedded run --dag "$DAG" --conf "$CONF" 2>&1 | tee "$LOG" | progress; then
     echo "the $DAG run FAILED; last lines of $LOG:" >&2
     grep -E "ERROR|Error|error:|failed" "$LOG" | tail -20 >&2 || tail -40 "$LOG" >&2
     exit 1

@@ -21,7 +21,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DOCKER_DATA="${DLPERF_DOCKER_DATA:-/var/lib/dlperf-docker}"
 DOCKERD_LOG="${DLPERF_DOCKERD_LOG:-/var/log/dlperf-dockerd.log}"
 PACKAGES=(docker.io openssh-server openssh-client docker-registry apache2-utils debootstrap
-          chromium chromium-driver iproute2 procps ca-certificates openmpi-bin docker-compose)
+          chromium chromium-driver iproute2 procps ca-certificates openmpi-bin docker-compose
+          postgresql redis-server)
 START=$SECONDS
 
 say() { echo "setup-test-env: $*"; }

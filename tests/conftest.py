@@ -1,7 +1,6 @@
 """Shared pytest setup. Heavy fixtures (simulated cluster, S3 server, Airflow) live in
 tests/fixtures/*.py and are loaded as plugins so each area owns its own file."""
 
-import os
 import sys
 from pathlib import Path
 

@@ -10,7 +10,14 @@ Task graph (same for every DAG)::
 
     plan -> prepare -> trial (mapped over the planned trials, pool-limited) -> collect
          -> aggregate -> report -> publish (updates Asset dlperf://results/<dag>)
+         -> confirm_plan -> confirm_trigger (mapped: one follow-up run per regression finding)
     cleanup: a teardown that always runs (stops leftovers, cleans the nodes)
+
+Issue 17 (docs/decisions.md): a trial beyond a cell's minimum records itself "not needed" when
+the adaptive rule stopped its cell (engine trial step, dlperf_tasks/dagdecisions.py); aggregate
+adds node health (and quarantines suspects when asked); a regression finding triggers this DAG
+again with conf ``{"confirm": plan}``, whose plan step plans the A/B trials
+(dlperf_tasks/abdag.py) and whose publish step records the verdict instead of publishing.
 
 Parsing does no network I/O and imports nothing heavy: the catalog YAMLs are read
 (local files) and every layer below is imported inside the tasks.
@@ -22,12 +29,17 @@ import datetime as _dt
 import functools
 from typing import Any, Callable
 
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Asset, task, teardown
 
 from dlperf_tasks.airflow import params as params_mod
 from dlperf_tasks.airflow import settings as settings_mod
 from dlperf_tasks.airflow import tasks
+from dlperf_tasks.airflow import notifier
 from dlperf_tasks.airflow.operators import TrialOperator
+from dlperf_tasks import abdag, dagdecisions
+from dlperf_tasks.engine import finish, setup
+from dlperf_tasks.store import staging
 
 START = _dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc)
 DAG_PREFIX = "dlperf_"
@@ -77,6 +89,60 @@ def _doc(name: str, suites: list) -> str:
     return "\n".join(lines)
 
 
+def timetable(cron: str | None):
+    """The cron trigger timetable of :mod:`dlperf_tasks.airflow.timetable`: no start date, and
+    without catchup the next run is never a past slot, also for a DAG that ran before and was
+    paused over slots. Unpausing a GPU DAG must not start a sweep."""
+    from dlperf_tasks.airflow.timetable import nightly
+
+    return nightly(cron)
+
+
+def _run_note(published: list, summaries: list) -> str:
+    """The DAG run's note: per published run, its headline table and a link to its results page."""
+    from airflow.configuration import conf as airflow_conf
+
+    from dlperf_tasks.history.links import run_note
+
+    cells = {s.get("run_id"): s.get("cells") or [] for s in summaries}
+    return run_note([{**p, "cells": cells.get(p["run_id"], [])} for p in published],
+                    airflow_conf.get("api", "base_url", fallback=""))
+
+
+def _plan_confirm(name: str, suite_ids: list[str], conf: dict, cfg, dag_run_id: str) -> dict[str, Any]:
+    """The plan step of a confirmation run (conf ``{"confirm": ...}``): the form's checks, then the A/B plan."""
+    try:
+        params = params_mod.validate_conf(conf, suite_ids, cfg.policy)
+    except params_mod.ParamsError as exc:
+        raise tasks.NonRetriable(f"invalid run parameter {exc}") from None
+    return abdag.plan_confirm(name, suite_ids, params, cfg, group_run_id=dag_run_id)
+
+
+def _finish_confirm(plan: dict, cfg, context) -> None:
+    """The publish step of a confirmation run: judge A/B, record the verdict on the flagged run
+    (nothing is published: the A/B runs are evidence, not nightly results), then skip."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    doc = abdag.finish_confirm(plan, finish.open_store(cfg), dag_run_id=context["dag_run"].run_id,
+                               send=notifier.findings_sender(context, cfg.notify_url or ""))
+    line = f"{doc['finding']} of {doc['run_id']}: {doc['status']} - {doc.get('note', '')}"
+    print(line)
+    for k, d in (doc.get("env_diff") or {}).items():
+        print(f"  env {k}: {d.get('baseline')} -> {d.get('current')}")
+    tasks.set_note(context, f"A/B confirmation: {line}")
+    raise AirflowSkipException(f"confirmation run: verdict recorded on {doc['run_id']}; nothing published")
+
+
+def _confirm_confs(plan: dict, published: list, cfg) -> list[dict]:
+    """The follow-up runs to trigger (never from a confirmation or dry run); a failing planner
+    never fails the published run."""
+    try:
+        return abdag.trigger_confs(plan, published or [], finish.open_store(cfg))
+    except Exception as exc:  # noqa: BLE001 - like the regression check: the run is published
+        print(f"planning the A/B confirmations failed (nothing triggered): {type(exc).__name__}: {exc}")
+        return []
+
+
 def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
     """One DAG for the suites of framework group ``name``."""
     suite_ids = sorted(s.id for s in suites)
@@ -86,65 +152,117 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
     with DAG(
         dag_id=f"{DAG_PREFIX}{name}",
         description=f"dlperf benchmarks: {', '.join(suite_ids)}",
-        schedule=cfg.schedule(name),
-        start_date=START,
+        schedule=timetable(cfg.schedule(name, suites)),
+        # no start_date: a start date makes the timetable schedule the latest past slot on unpause
         catchup=False,
         max_active_runs=1,
         tags=["dlperf", name],
         params=params_mod.dag_params(suite_ids, cfg.policy),
         doc_md=_doc(name, suites),
-        default_args={"owner": "dlperf", "retries": 0},
+        # failures reach people through Airflow's notifier interface (the dlperf webhook when
+        # DLPERF_NOTIFY_URL is set; Slack/e-mail/Apprise notifiers plug in the same way)
+        default_args={"owner": "dlperf", "retries": 0,
+                      "on_failure_callback": notifier.default_notifiers(cfg.notify_url or "")},
         render_template_as_native_obj=False,
     ) as dag:
 
         @task(task_id="plan")
-        @_guard
         def plan_task(**context) -> list[dict[str, Any]]:
             """Validate the params again in code, plan every suite (no node is touched here).
 
-            Returns the trial items (what ``trial`` maps over); the plan itself goes to XCom key ``plan``."""
+            Returns the trial items (what ``trial`` maps over); the plan itself goes to XCom key ``plan``.
+            A bad conf fails here within seconds, and the error goes into the run's note."""
             dag_run = context["dag_run"]
             conf = dict(getattr(dag_run, "conf", None) or {})
-            out = tasks.plan_run(name, suite_ids, conf, cfg, dag_run_id=dag_run.run_id)
+            try:
+                staging.pull_group_record(cfg, name, dag_run.run_id)  # a cleared run keeps its run ids
+                if conf.get("confirm"):  # a follow-up run a regression finding triggered (A/B)
+                    out = _guard(_plan_confirm)(name, suite_ids, conf, cfg, dag_run.run_id)
+                else:
+                    out = _guard(tasks.plan_run)(name, suite_ids, conf, cfg, dag_run_id=dag_run.run_id)
+            except Exception as exc:
+                tasks.set_note(context, f"plan failed: {exc}")
+                raise
             for run in out["runs"]:
                 print(run["summary"])
+            if out["dry_run"]:
+                tasks.set_note(context, "dry run: nothing will be published; the trial tasks log the commands")
+            staging.leave(out, cfg)  # plan.json to the run's staging area (no shared disk)
+            staging.push_group_record(cfg, name, dag_run.run_id)
             context["ti"].xcom_push(key="plan", value={k: v for k, v in out.items() if k != "trials"})
-            return out["trials"]
+            first, more = dagdecisions.split_items(out, cfg)  # adaptive: a cell's trials beyond its minimum
+            context["ti"].xcom_push(key="more", value=more)
+            if more:  # the plan's worst case is the fixed count
+                print(f"adaptive trials: {len(first)} to {len(first) + len(more)} trials (trial_more: "
+                      f"{len(more)} run only while their cell's median is not known well enough)")
+            return first
 
         @task(task_id="prepare", retries=2, retry_delay=_dt.timedelta(seconds=30))
         @_guard
         def prepare_task(plan: dict) -> dict:
             """Registry login, image pull and environment capture on the nodes."""
-            return tasks.prepare(plan, cfg)
+            plan = staging.enter(plan, cfg)
+            out = setup.prepare(plan, cfg)
+            staging.leave(plan, cfg)  # node facts, env capture
+            return out
 
-        @task(task_id="collect")
+        @task(task_id="collect", trigger_rule="none_failed")  # trial_more maps nothing without adaptive
         @_guard
-        def collect_task(plan: dict, results: list, prepared: dict) -> dict:
-            """Group the trial results per run and fetch every log into the run's log tree."""
-            return tasks.collect(plan, list(results), cfg)
+        def collect_task(plan: dict, results: list, more: list | None, prepared: dict) -> dict:
+            """Which trials have a record in their run directory; which logs are missing."""
+            results = list(results) + list(more or [])
+            # adaptive "not needed" trials are left out: not invalid, just not run (dagdecisions)
+            out = finish.collect_runs(staging.enter(plan, cfg), dagdecisions.drop_skipped(results))
+            out["commands"] = [c for r in results if r for c in r.get("commands", [])]
+            return out
 
         @task(task_id="aggregate")
         @_guard
         def aggregate_task(plan: dict, collected: dict, prepared: dict, **context) -> list:
-            """Cell statistics (median, average, speedup) -> result.json per run."""
-            return tasks.aggregate(plan, collected, prepared, dag_run_id=context["dag_run"].run_id)
+            """Cell statistics and every output (result.json, report.md, plots, NCCL transports,
+            stragglers, index files) per run."""
+            plan = staging.enter(plan, cfg)
+            out = finish.aggregate_runs(plan, collected, cfg, source="dag", group_run_id=context["dag_run"].run_id)
+            for d in dagdecisions.after_aggregate(out, cfg):  # adaptive summary, node health, quarantine
+                print(f"{d['run_id']}: suspect nodes {d['suspects'] or 'none'}, quarantined {d['quarantined'] or 'none'}"
+                      + (f", adaptive trials {d['adaptive']['trials_used']} of {d['adaptive']['trials_max']}"
+                         if d["adaptive"] else ""))
+            staging.leave(plan, cfg)
+            return out
 
         @task(task_id="report")
         @_guard
-        def report_task(plan: dict, summaries: list) -> list:
-            """report.md (+ plots) per run, and the result table in the task log."""
-            print(tasks.result_table(summaries))
-            return tasks.report(plan, summaries)
+        def report_task(plan: dict, summaries: list, collected: dict, **context) -> list:
+            """The result table in the task log (and, for a dry run, the commands in the run's note)."""
+            from dlperf_tasks.engine.outputs import result_table
+
+            print(result_table(summaries))
+            cmds = collected.get("commands") or []
+            if plan.get("dry_run"):
+                for c in cmds:
+                    print(f"dry run, would run: {c}")
+                tasks.set_note(context, "dry run (nothing published); would run:\n" + "\n".join(cmds))
+            return summaries
 
         @task(task_id="publish", outlets=[asset])
         @_guard
-        def publish_task(reports: list, summaries: list, **context) -> list:
+        def publish_task(plan: dict, summaries: list, collected: dict, **context) -> list:
             """Copy each run to the store (manifest last) and record an asset event."""
-            published = tasks.publish(reports, cfg, dag_name=name, summaries=summaries)
+            plan = staging.enter(plan, cfg)  # publish redacts this worker's copy of the staged run
+            summaries = [staging.rebase_item(s, cfg.work_dir) for s in summaries]
+            if plan.get("confirm"):
+                _finish_confirm(plan, cfg, context)
+            published = finish.publish(plan, summaries, cfg, group=name,
+                                       dry_run_commands=collected.get("commands") or [],
+                                       notify=notifier.findings_sender(context, cfg.notify_url or ""))
             events = context.get("outlet_events")
-            if events is not None:
+            if events is not None and published:
                 events[asset].extra = {"runs": [p["run_id"] for p in published],
                                        "locations": [p["location"] for p in published]}
+            if plan.get("dry_run"):
+                from airflow.sdk.exceptions import AirflowSkipException
+
+                raise AirflowSkipException("dry run: nothing published (no asset event)")
             for p in published:
                 print(f"published {p['run_id']} -> {p['location']}")
                 for plot in p.get("plots") or []:
@@ -154,6 +272,7 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
                     print(f"  regression check failed (run published anyway): {reg['error']}")
                 elif reg.get("findings"):
                     print(f"  regression check: {reg['findings']} finding(s): {', '.join(reg.get('cells', []))}")
+            tasks.set_note(context, _run_note(published, summaries))
             return published
 
         @teardown  # not on_failure_fail_dagrun: then the run state would follow cleanup alone
@@ -162,23 +281,46 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
         def cleanup_task(**context) -> dict:
             """Always runs: stop leftovers, clean the nodes, release leases (nothing if planning failed)."""
             plan = context["ti"].xcom_pull(task_ids="plan", key="plan")
-            return tasks.cleanup(plan, cfg)
+            return finish.cleanup(staging.rebase_run_set(plan, cfg.work_dir), cfg)
+
+        @task(task_id="adaptive_more")
+        def more_items(items: list) -> list:
+            """The trials beyond each adaptive cell's minimum (mapped after the first trials; Airflow maps
+            only over a task's return value)."""
+            return list(items or [])
 
         planned = plan_task()
         prepared = prepare_task(planned["plan"])
-        trials = TrialOperator.partial(
-            task_id="trial", dlperf_settings=cfg, pool=cfg.pool, retries=cfg.trial_retries,
-            retry_delay=_dt.timedelta(seconds=20), execution_timeout=_dt.timedelta(seconds=trial_timeout),
-            map_index_template="{{ task.item.trial_id }}",
-        ).expand(item=planned)
-        prepared >> trials
-        collected = collect_task(planned["plan"], trials.output, prepared)
+        trial_kw = dict(dlperf_settings=cfg, pool=cfg.pool, retries=cfg.trial_retries,
+                        retry_delay=_dt.timedelta(seconds=20), execution_timeout=_dt.timedelta(seconds=trial_timeout),
+                        map_index_template="{{ task.item.trial_id }}")
+        trials = TrialOperator.partial(task_id="trial", **trial_kw).expand(item=planned)
+        # adaptive trials (issue 17): each cell's trials beyond its minimum start once the first ones
+        # finished, read their records and run only while the cell's median is not known well enough
+        more = TrialOperator.partial(task_id="trial_more", **trial_kw).expand(item=more_items(planned["more"]))
+        prepared >> trials >> more
+        collected = collect_task(planned["plan"], trials.output, more.output, prepared)
         summaries = aggregate_task(planned["plan"], collected, prepared)
-        reports = report_task(planned["plan"], summaries)
-        published = publish_task(reports, summaries)
+        reports = report_task(planned["plan"], summaries, collected)
+        published = publish_task(planned["plan"], reports, collected)
         # cleanup also waits for every trial: a failed trial fails collect..publish at once, and
         # cleanup must not remove the containers of trials still running
-        [published, trials] >> cleanup_task()
+        [published, trials, more] >> cleanup_task()
+
+        @task(task_id="confirm_plan")
+        def confirm_plan_task(plan: dict, published: list) -> list:
+            """One follow-up run of this DAG per new regression finding: conf {"confirm": A/B plan}."""
+            out = _confirm_confs(plan, published, cfg)
+            for c in out:
+                print(f"A/B confirmation of {c['conf']['confirm']['finding']} ({c['conf']['confirm']['run_id']}): "
+                      f"triggering {c['trigger_run_id']}")
+            return out
+
+        # a confirmation run never gets here (its publish step skips), so it cannot trigger another
+        TriggerDagRunOperator.partial(
+            task_id="confirm_trigger", trigger_dag_id=f"{DAG_PREFIX}{name}", skip_when_already_exists=True,
+            openlineage_inject_parent_info=False,
+        ).expand_kwargs(confirm_plan_task(planned["plan"], published))
     return dag
 
 

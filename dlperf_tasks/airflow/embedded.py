@@ -50,6 +50,12 @@ def show(dag_id: str) -> int:
     last = json.loads(path.read_text())
     print(last["table"])
     print()
+    if last.get("dry_run"):
+        print("dry run: nothing was published; the trials would have run:")
+        for c in last.get("commands") or []:
+            print(f"  {c}")
+        return 0
+    print(f"store {last.get('store') or cfg.store_url} (dlperf results ls / show / compare read the same store)")
     for p in last["published"]:
         print(f"run {p['run_id']} (suite {p['suite']})")
         print(f"  result JSON : {p['location']}/result.json")

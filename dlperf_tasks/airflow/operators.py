@@ -1,12 +1,22 @@
-"""The trial operator: one mapped task instance per trial.
+"""The trial operator: one mapped task instance per trial, deferrable on SSH clusters.
 
-A custom operator (not a TaskFlow function) because it needs ``on_kill``: when a run is
-cancelled or the task is killed, Airflow sends SIGTERM and calls :meth:`on_kill`, which
-stops the remote jobs (or local process groups) of this trial and cleans the nodes.
+On an SSH cluster :meth:`TrialOperator.execute` runs the first half of the trial (lease nodes,
+start the detached jobs and telemetry) and defers to :class:`RemoteTrialTrigger`, which polls the
+jobs in the triggerer with the in-process watcher's rules while no worker slot is held;
+:meth:`TrialOperator.resume` runs the second half (copy the logs, clean the nodes, gate, record,
+push to staging, release the leases) on whichever worker picks it up, and returns the same
+record a non-deferred trial returns. The local runtime, dry runs, reused trials and
+``DLPERF_DEFER_TRIALS=0`` run whole in the worker, as before.
+
+A custom operator (not a TaskFlow function) because it needs ``on_kill``: when a running task
+is killed, Airflow sends SIGTERM and calls :meth:`on_kill`, which stops the remote jobs (or
+local process groups) of this trial and cleans the nodes. While deferred, the trigger's
+``on_kill`` does that instead.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -27,26 +37,68 @@ class TrialOperator(BaseOperator):
     template_fields = ()
     ui_color = "#d8f0ff"
 
-    def __init__(self, *, item: dict[str, Any], dlperf_settings: DlperfSettings, **kwargs):
+    def __init__(self, *, item: dict[str, Any], dlperf_settings: DlperfSettings, deferrable: bool | None = None,
+                 poll_s: float | None = None, **kwargs):
         super().__init__(**kwargs)
         self.item = item
         self.dlperf_settings = dlperf_settings
+        self.deferrable = deferrable
+        self.poll_s = poll_s
 
-    def execute(self, context) -> dict[str, Any]:
+    def _tries(self, context) -> tuple[int, int]:
         ti = context["ti"]
         try_number = int(getattr(ti, "try_number", 1) or 1)
         max_tries = int(getattr(ti, "max_tries", self.retries) or 0) + 1  # Airflow's max_tries = retries
+        return try_number, max_tries
+
+    def _defers(self) -> bool:
+        if self.deferrable is not None:
+            return self.deferrable
+        return os.environ.get("DLPERF_DEFER_TRIALS", "1").strip().lower() not in ("0", "false", "no", "off")
+
+    def execute(self, context) -> dict[str, Any]:
+        try_number, max_tries = self._tries(context)
         self.log.info("trial %s (try %d of %d)", self.item.get("trial_id"), try_number, max_tries)
-        try:
-            out = tasks.run_trial(self.item, self.dlperf_settings, try_number=try_number, max_tries=max_tries)
-        except tasks.Retriable as exc:
-            raise AirflowException(str(exc)) from None
-        except (tasks.NonRetriable, ValueError, KeyError) as exc:
-            raise AirflowFailException(str(exc)) from None
-        metric = out.get("metric") or {}
-        self.log.info("trial %s: %s %s %s%s", self.item.get("trial_id"), out["status"],
-                      metric.get("value", ""), out.get("reason", ""),
-                      " (valid result already in the run directory: not run again)" if out.get("reused") else "")
+        cfg = self.dlperf_settings
+        with _mapped_errors():
+            if not self._defers() or cfg.is_local or self.item.get("dry_run"):
+                out = tasks.run_trial(self.item, cfg, try_number=try_number, max_tries=max_tries, log=self.log.info)
+            else:
+                got = tasks.start_trial(self.item, cfg, try_number=try_number, max_tries=max_tries,
+                                        log=self.log.info)
+                if "started" in got:
+                    self._defer(got["started"])
+                out = got["record"]
+        return self._done(out)
+
+    def _defer(self, state: dict[str, Any]) -> None:
+        from dlperf_tasks.airflow.triggers import RemoteTrialTrigger
+
+        poll_s = self.poll_s if self.poll_s is not None else float(os.environ.get("DLPERF_TRIAL_POLL_S", "5"))
+        watch = state.get("watch") or {}
+        self.log.info("trial %s started on %s: deferred (jobs polled every %.1f s by the triggerer)",
+                      self.item.get("trial_id"), ",".join(state.get("nodes") or []), poll_s)
+        trial = {k: v for k, v in state.items() if k != "watch"}
+        self.defer(trigger=RemoteTrialTrigger(cluster_yaml=str(self.dlperf_settings.cluster), watch=watch,
+                                              poll_s=poll_s, trial=trial),
+                   method_name="resume")
+
+    def resume(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Back from the trigger (maybe on another worker): collect, clean, gate, record."""
+        event = dict(event or {})
+        state = {**(event.pop("trial", None) or {}), "watch": event.pop("watch", None)}
+        try_number, max_tries = self._tries(context)
+        self.log.info("trial %s: jobs ended (%s%s): collecting", self.item.get("trial_id"), event.get("status"),
+                      f": {event['reason']}" if event.get("reason") else "")
+        with _mapped_errors():
+            out = tasks.resume_trial(self.item, self.dlperf_settings, state, event, try_number=try_number,
+                                     max_tries=max_tries, log=self.log.info)
+        return self._done(out)
+
+    def _done(self, out: dict[str, Any]) -> dict[str, Any]:
+        if out.get("reused"):
+            self.log.info("trial %s: valid result already in the run directory: not run again",
+                          self.item.get("trial_id"))
         for cmd in out.get("commands", []):
             self.log.info("dry run, would run: %s", cmd)
         return out
@@ -54,3 +106,20 @@ class TrialOperator(BaseOperator):
     def on_kill(self) -> None:
         self.log.warning("trial %s killed: stopping its jobs", self.item.get("trial_id"))
         tasks.stop_trial(self.item, self.dlperf_settings)
+
+
+class _mapped_errors:
+    """Retriable failures (node unreachable, launch failure, timeout, hang) -> AirflowException
+    (retried while tries remain); the rest -> AirflowFailException."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb) -> bool:
+        if typ is None:
+            return False
+        if issubclass(typ, tasks.Retriable):
+            raise AirflowException(str(exc)) from None
+        if issubclass(typ, (tasks.NonRetriable, ValueError, KeyError)):
+            raise AirflowFailException(str(exc)) from None
+        return False

@@ -14,9 +14,11 @@ Keys (defaults in brackets):
     Where published runs go: ``file:///dir`` or ``s3://bucket/prefix``.
 ``work_dir`` [<project>/.run/work]
     Scratch directory for run directories before they are published.
-``schedule_<dag>`` [staggered nightly crons]
-    Cron of each DAG (``mxnet``, ``pytorch``, ``tensorflow``, ``megatron``, ``smoke``);
-    ``none`` = manual triggers only.
+``schedule_<dag>`` [the catalog's]
+    Overrides the cron of one DAG (``mxnet``, ``pytorch``, ``tensorflow``, ``megatron``,
+    ``smoke``, or a DAG a catalog adds); ``none`` = manual triggers only. Without it the DAG
+    runs on its suites' ``schedule:`` field (catalog/cron.py; the built-in suites carry
+    staggered nightly crons), and a DAG whose suites have none is manual only.
 ``redaction`` [ips,hostnames,users]
     What is removed from logs before they are published (comma list; ``none`` = nothing).
     Host names, node names and user names come from the cluster inventory, which publish
@@ -37,69 +39,77 @@ Keys (defaults in brackets):
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
-DAG_NAMES = ("mxnet", "pytorch", "tensorflow", "megatron", "smoke")
-# Staggered so that two frameworks never start on the cluster at the same minute.
-DEFAULT_SCHEDULES = {
-    "mxnet": "0 1 * * *",
-    "pytorch": "0 3 * * *",
-    "tensorflow": "0 5 * * *",
-    "megatron": "0 7 * * *",
-    "smoke": "30 0 * * *",
-}
-POLICIES = ("continue", "fail_fast")
-REDACTIONS = ("ips", "hostnames", "users")
-_CRON_FIELD = re.compile(r"^[0-9*/,\-A-Za-z]+$")
-
-
-def project_root() -> Path:
-    """The checkout (or install) root: the parent of the ``dlperf_tasks`` package."""
-    return Path(__file__).resolve().parents[2]
-
+from dlperf_tasks import settings as core
+from dlperf_tasks.settings import POLICIES, REDACTIONS, SettingsError, project_root  # noqa: F401 (re-exported)
 
 @dataclass(frozen=True)
-class DlperfSettings:
-    cluster: str = "local"
-    store_url: str = ""
-    work_dir: str = ""
-    schedules: dict[str, str | None] = field(default_factory=lambda: dict(DEFAULT_SCHEDULES))
-    redaction: tuple[str, ...] = ("ips", "hostnames", "users")
-    policy: str = "continue"
-    trial_retries: int = 1
+class DlperfSettings(core.Settings):
+    """The core settings plus what only the scheduler uses (pool, crons, registry connection)."""
+
+    #: ``[dlperf] schedule_<dag>`` overrides (checked when loaded); other DAGs: the catalog's
+    schedules: dict[str, str | None] = field(default_factory=dict)
     pool: str = "dlperf_nodes"
     pool_slots: int = 1
-    lease_wait_s: float = 1800.0
     registry_conn_id: str = "dlperf_registry"
+    _get: Callable | None = field(default=None, compare=False, repr=False)
 
-    @property
-    def is_local(self) -> bool:
-        return self.cluster == "local"
+    def resolve_cluster(self, cluster):
+        """Registry credentials from the Airflow connection when the environment has none; SSH
+        key text (and passphrase) of nodes that name an ``ssh_conn_id`` from that connection."""
+        from dlperf_tasks.airflow.tasks import ssh_connection, with_registry_connection
+        from dlperf_tasks.remote.connections import with_ssh_connections
 
-    def schedule(self, dag: str) -> str | None:
-        return self.schedules.get(dag)
+        return with_ssh_connections(with_registry_connection(cluster, self.registry_conn_id), ssh_connection)
 
+    def schedule(self, dag: str, suites: list | None = None) -> str | None:
+        """The DAG's cron: ``[dlperf] schedule_<dag>`` if set, else its suites' ``schedule``
+        field (``suites`` None: the catalog's suites of that DAG), else None (manual only)."""
+        if dag in self.schedules:
+            return self.schedules[dag]
+        if self._get is not None:
+            raw = self._get(f"schedule_{dag}", None)
+            if raw is not None:
+                return _cron(raw, f"schedule_{dag}")
+        from dlperf_tasks.catalog.cron import group_schedule
 
-class SettingsError(ValueError):
-    """A ``[dlperf]`` key has a bad value (the message names the key)."""
+        if suites is None:
+            from dlperf_tasks.catalog.loader import suites_by_group
+
+            suites = suites_by_group(list(self.catalog_path) or None)[0].get(dag, [])
+        try:
+            return group_schedule(dag, suites)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
 
 
 def _cron(value: str, key: str) -> str | None:
-    value = value.strip()
-    if value.lower() in ("", "none", "null", "off"):
-        return None
-    if value.startswith("@"):
-        if value not in ("@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@once"):
-            raise SettingsError(f"[dlperf] {key}: unknown preset {value!r}")
-        return value
-    parts = value.split()
-    if len(parts) != 5 or not all(_CRON_FIELD.match(p) for p in parts):
-        raise SettingsError(f"[dlperf] {key}: {value!r} is not a 5-field cron expression")
-    return value
+    from dlperf_tasks.catalog.cron import check_cron
+
+    try:
+        return check_cron(value)
+    except ValueError as exc:
+        raise SettingsError(f"[dlperf] {key}: {exc}") from None
+
+
+def _overrides(get: Callable[[str, str | None], str | None], catalog_path: tuple[str, ...]) -> dict[str, str | None]:
+    """The ``schedule_<dag>`` options set for the catalog's DAGs, checked now (a bad cron fails
+    the settings load, not a DAG parse later)."""
+    from dlperf_tasks.catalog.loader import dag_names
+    from dlperf_tasks.errors import CatalogError
+
+    try:
+        dags = dag_names(list(catalog_path) or None)
+    except CatalogError:
+        dags = []
+    out = {}
+    for dag in dags:
+        raw = get(f"schedule_{dag}", None)
+        if raw is not None:
+            out[dag] = _cron(raw, f"schedule_{dag}")
+    return out
 
 
 def _airflow_getter() -> Callable[[str, str | None], str | None]:
@@ -112,36 +122,22 @@ def _airflow_getter() -> Callable[[str, str | None], str | None]:
 
 
 def load(get: Callable[[str, str | None], str | None] | None = None) -> DlperfSettings:
-    """Read the ``[dlperf]`` section. ``get(key, default)`` defaults to Airflow's config."""
+    """Map the ``[dlperf]`` section (``get(key, default)``, default Airflow's config) onto the
+    core settings (environment variables ``DLPERF_*`` still win, see dlperf_tasks.settings)."""
     get = get or _airflow_getter()
-    root = project_root()
-    cluster = (get("cluster", "local") or "local").strip()
-    store_url = (get("store_url", None) or f"file://{root / '.run' / 'store'}").strip()
-    work_dir = (get("work_dir", None) or str(root / ".run" / "work")).strip()
-    if not (store_url.startswith("file://") or store_url.startswith("s3://")):
-        raise SettingsError(f"[dlperf] store_url: {store_url!r} must start with file:// or s3://")
-    schedules = {d: _cron(get(f"schedule_{d}", DEFAULT_SCHEDULES[d]) or "", f"schedule_{d}") for d in DAG_NAMES}
-    redaction_raw = (get("redaction", "ips,hostnames,users") or "").strip()
-    redaction = () if redaction_raw.lower() == "none" else tuple(r.strip() for r in redaction_raw.split(",") if r.strip())
-    unknown = [r for r in redaction if r not in REDACTIONS]
-    if unknown:
-        raise SettingsError(f"[dlperf] redaction: unknown item(s) {unknown}; known: {', '.join(REDACTIONS)}")
-    policy = (get("policy", "continue") or "continue").strip()
-    if policy not in POLICIES:
-        raise SettingsError(f"[dlperf] policy: {policy!r} is not one of {', '.join(POLICIES)}")
-    ints = {}
-    for key, default, lo in (("trial_retries", "1", 0), ("pool_slots", "1", 1), ("lease_wait_s", "1800", 0)):
-        raw = get(key, default) or default
-        try:
-            ints[key] = int(raw)
-        except ValueError:
-            raise SettingsError(f"[dlperf] {key}: {raw!r} is not an integer") from None
-        if ints[key] < lo:
-            raise SettingsError(f"[dlperf] {key}: must be >= {lo}")
-    if cluster != "local" and not os.path.isabs(cluster):
-        cluster = str(root / cluster)
-    return DlperfSettings(cluster=cluster, store_url=store_url, work_dir=work_dir, schedules=schedules,
-                          redaction=redaction, policy=policy, trial_retries=ints["trial_retries"],
-                          pool=(get("pool", "dlperf_nodes") or "dlperf_nodes").strip(), pool_slots=ints["pool_slots"],
-                          lease_wait_s=float(ints["lease_wait_s"]),
-                          registry_conn_id=(get("registry_conn_id", "dlperf_registry") or "dlperf_registry").strip())
+    try:
+        values = core.load_values(get, source="[dlperf]")
+    except SettingsError as exc:
+        raise SettingsError(f"[dlperf] {exc}") from None
+    schedules = _overrides(get, values.get("catalog_path") or ())
+    raw_slots = get("pool_slots", "1") or "1"
+    try:
+        pool_slots = int(raw_slots)
+    except ValueError:
+        raise SettingsError(f"[dlperf] pool_slots: {raw_slots!r} is not an integer") from None
+    if pool_slots < 1:
+        raise SettingsError("[dlperf] pool_slots: must be >= 1")
+    return DlperfSettings(**values, schedules=schedules, pool=(get("pool", "dlperf_nodes") or "dlperf_nodes").strip(),
+                          pool_slots=pool_slots,
+                          registry_conn_id=(get("registry_conn_id", "dlperf_registry") or "dlperf_registry").strip(),
+                          _get=get)

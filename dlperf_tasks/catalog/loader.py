@@ -11,6 +11,7 @@ because Airflow's DAG processor calls it on every parse.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from dlperf_tasks.catalog.model import Suite
@@ -47,6 +48,12 @@ def load_file(path: str | os.PathLike) -> Suite:
     hit = _CACHE.get(key)
     if hit and hit[0] == st.st_mtime_ns and hit[1] == st.st_size:
         return hit[2]
+    from dlperf_tasks.catalog.yamlsrc import MAX_BYTES
+
+    if not p.is_file():
+        raise CatalogError(f"{p}: cannot read suite file: not a regular file")
+    if st.st_size > MAX_BYTES:  # checked before reading: a huge file is never loaded
+        raise CatalogError(f"{p}: file is {st.st_size} bytes; a suite file may have at most {MAX_BYTES}")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -116,3 +123,51 @@ def list_suites(extra_dirs: list[str | os.PathLike] | None = None, errors: list[
                 raise
             errors.append(exc)
     return suites
+
+
+_DAG_LINE = re.compile(r"(?m)^dag:[ \t]*['\"]?([a-z][a-z0-9_]{0,63})['\"]?[ \t]*(?:#.*)?$")
+
+
+def group_of_broken_file(path: str | os.PathLike) -> str | None:
+    """Best-effort DAG group of a suite file that failed to load: its top-level ``dag:`` line
+    (read as text, so a syntax error elsewhere does not matter), else the group of the built-in
+    suite it overrides; None when neither tells."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            head = f.read(256 * 1024).decode("utf-8", "replace")
+        m = _DAG_LINE.search(head)
+        if m:
+            return m.group(1)
+    except OSError:
+        pass
+    builtin = BUILTIN_DIR / f"{p.stem}.yaml"
+    if builtin.is_file() and builtin.resolve() != p.resolve():
+        try:
+            return load_file(builtin).dag
+        except CatalogError:
+            return None
+    return None
+
+
+def dag_names(extra_dirs: list[str | os.PathLike] | None = None) -> list[str]:
+    """The DAG groups the catalog's suite files name (their ``dag:`` lines, read as text: cheap,
+    and a broken file still names its group), sorted."""
+    return sorted({g for g in map(group_of_broken_file, _suite_files(extra_dirs).values()) if g})
+
+
+def suites_by_group(extra_dirs: list[str | os.PathLike] | None = None
+                    ) -> tuple[dict[str, list[Suite]], dict[str | None, list[CatalogError]]]:
+    """``({group: [Suite...]}, {group or None: [CatalogError...]})``: the good suites per DAG
+    group and the broken files per group they belong to (None = could not tell). The DAG
+    factory turns a group with errors into an import error of that group's DAG module only."""
+    groups: dict[str, list[Suite]] = {}
+    broken: dict[str | None, list[CatalogError]] = {}
+    for _, path in sorted(_suite_files(extra_dirs).items()):
+        try:
+            suite = load_file(path)
+        except CatalogError as exc:
+            broken.setdefault(group_of_broken_file(path), []).append(exc)
+            continue
+        groups.setdefault(suite.dag, []).append(suite)
+    return groups, broken

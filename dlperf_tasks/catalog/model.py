@@ -75,6 +75,22 @@ class Suite:
     exclude: tuple[dict[str, Any], ...] = ()
     #: extra environment for cells with more than one node (e.g. NCCL_DEBUG=INFO, as the seeds' multi-node scripts)
     env_multi_node: dict[str, str] = field(default_factory=dict)
+    #: gradient accumulation steps swept as a cell parameter (pytorch-bert, seed 001); empty = not a parameter
+    accumulation_steps: tuple[int, ...] = ()
+    #: cron of the suite's DAG (catalog/cron.py; the suites of one DAG agree); None = manual triggers only
+    schedule: str | None = None
+
+    def node_files(self) -> dict[str, bytes]:
+        """Catalog data files prepare puts on every node: ``{relpath: bytes}`` (see catalog/nodefiles.py)."""
+        from dlperf_tasks.catalog.nodefiles import node_files
+
+        return node_files(self)
+
+    def launch_metadata(self) -> dict[str, Any]:
+        """Model config / optimizer / max_iter / accumulation, for the result's run metadata."""
+        from dlperf_tasks.catalog.nodefiles import launch_metadata
+
+        return launch_metadata(self)
 
     def env_for(self, topology: Topology) -> dict[str, str]:
         """Environment for a cell: ``env`` plus ``env_multi_node`` when the topology has several nodes."""
@@ -84,7 +100,9 @@ class Suite:
         """Default batch sizes per device for ``precision`` (falls back to ``batch_sizes``)."""
         return self.batch_sizes_by_precision.get(precision, self.batch_sizes)
 
-    def excluded(self, batch_size: int, precision: str, xla: bool, topology: Topology) -> bool:
+    def excluded(self, batch_size: int, precision: str, xla: bool, topology: Topology,
+                 accumulation: int | None = None) -> bool:
         """True when the default sweep leaves this combination out (``exclude`` rules; all given keys must match)."""
-        values = {"batch_size": batch_size, "precision": precision, "xla": xla, "topology": topology.name}
+        values = {"batch_size": batch_size, "precision": precision, "xla": xla, "topology": topology.name,
+                  "gradient_accumulation_steps": accumulation}
         return any(all(values.get(k) == v for k, v in rule.items()) for rule in self.exclude)

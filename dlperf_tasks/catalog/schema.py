@@ -5,6 +5,7 @@ A suite file looks like this (see catalog/suites/*.yaml for complete ones)::
     id: mxnet-bert                 # = file name without .yaml
     framework: mxnet_bert          # a name from dlperf_tasks.frameworks.names()
     dag: mxnet                     # which per-framework DAG runs it
+    schedule: "0 1 * * *"          # the DAG's cron (or @daily..., or null = manual only); one per DAG
     model: bert-base
     description: ...
     container:                     # omit or null = run on the host (no container)
@@ -23,6 +24,7 @@ A suite file looks like this (see catalog/suites/*.yaml for complete ones)::
     xla: [false]
     topologies: [1n1g, 1n8g, 2n8g, 4n8g]
     exclude: [{precision: amp, xla: false, batch_size: 128}]
+    gradient_accumulation_steps: [32, 1]   # pytorch-bert only: one cell per value
     layouts: [...]                 # Megatron only: the parallel cases
     timeout_s: 3600
     hang_timeout_s: 600
@@ -44,6 +46,7 @@ SUITE_SCHEMA: dict = {
         "id": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]*$"},
         "framework": _STR,
         "dag": {"type": "string", "pattern": "^[a-z0-9_]+$"},
+        "schedule": {"type": ["string", "null"]},  # cron/preset checked in catalog/cron.py
         "model": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$"},
         "description": _STR,
         "container": {
@@ -114,9 +117,12 @@ SUITE_SCHEMA: dict = {
                     "precision": _STR,
                     "xla": {"type": "boolean"},
                     "topology": _STR,
+                    "gradient_accumulation_steps": {"type": "integer"},
                 },
             },
         },
+        # micro-batches per optimizer step, one cell per value (pytorch-bert: seed 001's "no GradAcc" = 1)
+        "gradient_accumulation_steps": {"type": "array", "items": {"type": "integer"}, "minItems": 1},
         "layouts": {
             "type": "array",
             "minItems": 1,
@@ -147,7 +153,13 @@ SUITE_SCHEMA: dict = {
             },
         },
         "timeout_s": {"type": "integer"},
+        # physical bound (issue 11.8): samples/s per GPU above it, or for latency suites a latency
+        # (ms/iter) below it, makes a trial invalid
+        "plausible_max_per_gpu": {"type": "number", "exclusiveMinimum": 0},
         "hang_timeout_s": {"type": "integer"},
+        # issue 17 (H8, docs/decisions.md): adaptive trial count and node health/quarantine, opt-in
+        "adaptive": {"type": ["boolean", "object"]},
+        "node_health": {"type": ["boolean", "object"]},
         "requirements": _STR_LIST,
         "logs": {
             "type": "object",

@@ -368,9 +368,15 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
         )
 
     env, env_multi = (_env(data, key, problems) for key in ("env", "env_multi_node"))
+    from dlperf_tasks.catalog.launcher_checks import check_launcher
 
+    accumulation = check_launcher(data, filename, problems)
+
+    _decision_fields(data, problems)
+    schedule = _schedule(data, problems)
     problems.raise_if_any()
-    extra = {k: data[k] for k in ("requirements", "logs", "notes") if k in data}
+    extra = {k: data[k] for k in ("requirements", "logs", "notes", "plausible_max_per_gpu", "adaptive",
+                                  "node_health") if k in data}
     if data.get("upstream") and data["upstream"].get("note"):
         extra["upstream_note"] = data["upstream"]["note"].strip()
     return Suite(
@@ -397,7 +403,19 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
         batch_sizes_by_precision=by_prec,
         exclude=tuple(exclude),
         env_multi_node=env_multi,
+        accumulation_steps=accumulation,
+        schedule=schedule,
     )
+
+
+def _schedule(data: dict, problems: _Problems) -> str | None:
+    from dlperf_tasks.catalog.cron import check_cron
+
+    try:
+        return check_cron(data.get("schedule"))
+    except ValueError as exc:
+        problems.add(("schedule",), str(exc))
+        return None
 
 
 def suite_to_dict(suite: Suite) -> dict[str, Any]:
@@ -406,6 +424,7 @@ def suite_to_dict(suite: Suite) -> dict[str, Any]:
         "id": suite.id,
         "framework": suite.framework,
         "dag": suite.dag,
+        "schedule": suite.schedule,
         "model": suite.model,
         "description": suite.description,
     }
@@ -441,6 +460,8 @@ def suite_to_dict(suite: Suite) -> dict[str, Any]:
     d["topologies"] = [t.name for t in suite.topologies]
     if suite.exclude:
         d["exclude"] = [dict(r) for r in suite.exclude]
+    if suite.accumulation_steps:
+        d["gradient_accumulation_steps"] = list(suite.accumulation_steps)
     if suite.layouts:
         d["layouts"] = [
             {"group": lay.group, "case": lay.case, "nodes": t.nodes, "gpus": t.gpus_per_node, "dp": lay.dp,
@@ -455,3 +476,16 @@ def suite_to_dict(suite: Suite) -> dict[str, Any]:
         if k in suite.extra:
             d[k] = suite.extra[k]
     return d
+
+
+def _decision_fields(data: dict, problems) -> None:
+    """``adaptive`` / ``node_health`` (docs/decisions.md) checked when the suite loads, not at sweep time."""
+    from dlperf_tasks.adaptive import AdaptivePolicy
+    from dlperf_tasks.nodehealth import HealthConfig
+
+    for key, parse in (("adaptive", AdaptivePolicy.from_value), ("node_health", HealthConfig.from_value)):
+        if key in data:
+            try:
+                parse(data[key])
+            except (TypeError, ValueError) as exc:
+                problems.add((key,), str(exc))

@@ -1,5 +1,7 @@
 """``dlperf`` command line. Each sub-command lives in its own module exposing
-``register(subparsers)``; the module sets ``func`` on its parser.
+``register(subparsers)``; the module sets ``func`` on its parser. Sub-commands that belong to
+another layer live in that layer's package as ``dlperf_tasks/<package>/cli_<name>.py`` (e.g. the
+scheduler layer's ``serve``) and are found there, so this package names no other layer.
 
 Errors derived from DlperfError are printed as ``dlperf: error: <message>`` with exit 2.
 """
@@ -9,11 +11,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from dlperf_tasks import __version__
 from dlperf_tasks.errors import DlperfError
 
-COMMANDS = ["catalog", "plan", "extract", "sweep", "publish", "results", "cluster"]
+COMMANDS = ["catalog", "plan", "extract", "sweep", "publish", "results", "cluster", "confirm"]
+
+
+def layer_commands() -> list[str]:
+    """Module names of the sub-commands other packages add (``dlperf_tasks/<pkg>/cli_<name>.py``)."""
+    root = Path(__file__).resolve().parents[1]
+    return sorted(f"dlperf_tasks.{p.parent.name}.{p.stem}" for p in root.glob("*/cli_*.py"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,11 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dlperf {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
-    for name in COMMANDS:
+    for module in [f"dlperf_tasks.cli.{name}" for name in COMMANDS] + layer_commands():
         try:
-            mod = importlib.import_module(f"dlperf_tasks.cli.{name}")
+            mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:  # a command whose module is not written yet
-            if exc.name == f"dlperf_tasks.cli.{name}":
+            if exc.name == module:
                 continue
             raise
         mod.register(sub)

@@ -20,6 +20,9 @@ def register(subparsers) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--cluster", required=True, metavar="YAML", help="cluster inventory (format: docs/testcluster.md)")
     c.set_defaults(func=run_check)
+    from dlperf_tasks.cli import cluster_health
+
+    cluster_health.register(sub)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
@@ -38,9 +41,9 @@ def check_node(pool, name: str) -> dict:
     row["ib"] = "yes" if "ib=1" in out else "no"
     gpus = pool.run(name, "nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true", timeout=30).stdout.strip()
     row["gpus"] = gpus or "0"
-    wd = pool.cluster.node(name).workdir.rstrip("/")
-    lease = pool.run(name, f"cat {wd}/.lease/owner {wd}/.lease/run_id 2>/dev/null | tr '\\n' ' '", timeout=30)
-    row["lease"] = lease.stdout.strip() or "free"
+    from dlperf_tasks.remote.allocation import holder
+
+    row["lease"] = holder(pool, name) or "free"
     return row
 
 

@@ -19,8 +19,13 @@ reason. Invalid trials are listed but never averaged in.
 The tree looks like DLPerf's (any level works, 10n8g too):
   <log-dir>/<N>n<G>g/<prefix>_b<B>_<fp32|fp16>_<trial>.log       e.g. 1n8g/bert_b32_fp32_3.log
   <log-dir>/<N>n<G>g/<prefix>_b<B>_<prec>_<trial>.node<k>.log    node k's log of the same trial
-  <log-dir>/megatron_lm_perf_<N>n<G>g_dp.._mp.._pp.._mbs.._gbs..._pretrain_<k>.log  (Megatron)
---log-dir may also be a .tar or .tar.gz of such a tree (read without unpacking)."""
+  <log-dir>/<case>/<N>n<G>g/<trial>/megatron_lm_perf_<N>n<G>g_dp.._mp.._pp.._mbs.._gbs..._pretrain_<k>.log
+      (Megatron; seed 002's other names work too: megatron_pretrain_gpt_<N>n<G>d_..._rank<k>.log,
+      ..._<CASE>_<k>.log, ..._pretrain_<h>_<l>_<a>_<k>.log; <case> names the case, <trial> the trial)
+--log-dir may also be a .tar or .tar.gz of such a tree (read without unpacking). Only regular files are
+read (no FIFO, device or symlink out of the tree). Two files for one trial (bert_b32_amp_1.log beside
+bert_b32_fp16_1.log) are an error naming both. Windows count training steps, not log lines, and the
+run's own arguments in the log (batch, gradient accumulation, world size) must agree with the cell."""
 
 EPILOG = """\
 examples:
@@ -36,6 +41,8 @@ output formats (--format):
   dlperf    exactly what DLPerf's extract_*_logs.py printed ({trial: speed} lines, then the
             result dict), for diffing against old DLPerf runs; invalid trials as '#' lines
   json      the result JSON (the same document --output writes)
+  csv       one row per trial (cell, topology, batch, precision, trial, status, value, unit, reason),
+            the same columns as the results page's CSV download
 
 exit status: 0 when at least one cell has a median; 1 when logs were found but no trial
 is valid; 2 on bad arguments or when the directory holds no usable log."""
@@ -46,18 +53,20 @@ def register(subparsers) -> None:
         "extract", help="compute speeds/medians/speedups from an existing DLPerf log tree",
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", required=True,
-                   help="catalog suite id (see 'dlperf catalog list'), e.g. mxnet-bert; picks the log parser "
+                   help="catalog suite id (see 'dlperf catalog'), e.g. mxnet-bert; picks the log parser "
                         "and speed rule, or a path to a suite YAML")
     p.add_argument("--log-dir", required=True, metavar="DIR",
                    help="directory (or .tar/.tar.gz) holding <N>n<G>g/ sub-directories of logs")
     p.add_argument("--batch-size-per-device", type=positive_int, metavar="B",
                    help="use only logs named _b<B>_ (DLPerf's --batch_size_per_device); default: every batch size found")
     p.add_argument("--warmup-iters", type=non_negative_int, metavar="N",
-                   help="iterations dropped at the start (default: the suite's, DLPerf used 20)")
+                   help="training steps dropped at the start (default: the suite's, DLPerf used 20); counted "
+                        "in steps, not log lines: a log printed every 50 steps covers 50 steps a line")
     p.add_argument("--measure-iters", type=positive_int, metavar="M",
-                   help="iterations measured after the warm-up (default: the suite's, DLPerf used 100)")
+                   help="training steps measured after the warm-up (default: the suite's, DLPerf used 100); "
+                        "in steps, not log lines")
     p.add_argument("--prefix", help="use only logs whose name starts with <prefix>_b<B>_ (when a tree mixes models)")
-    p.add_argument("--format", choices=["full", "markdown", "dlperf", "json"], default="full",
+    p.add_argument("--format", choices=["full", "markdown", "dlperf", "json", "csv"], default="full",
                    help="what to print on stdout (default: full; see below)")
     p.add_argument("--output", metavar="FILE", help="also write the result JSON to FILE")
     p.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
@@ -107,6 +116,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "json":
         sys.stdout.write(dumps(result))
+    elif args.format == "csv":
+        from dlperf_tasks.history.export import run_csv
+
+        sys.stdout.write(run_csv(result))
     elif args.format == "dlperf":
         sys.stdout.write(render_dlperf_text(result))
     elif args.format == "markdown":

@@ -67,15 +67,41 @@ def overrides_from_args(args: argparse.Namespace):
     })
 
 
+def launch_lines(meta: dict) -> list[str]:
+    """What the suite runs beyond the cells: the model config shipped to the nodes, optimizer, max_iter."""
+    out = []
+    cfg = meta.get("bert_config")
+    if cfg:
+        out.append(f"model config: {cfg['file']} ({cfg.get('model') or 'custom'}: hidden {cfg['hidden_size']}, "
+                   f"{cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']} heads, intermediate "
+                   f"{cfg['intermediate_size']}, vocab {cfg['vocab_size']}, max positions "
+                   f"{cfg['max_position_embeddings']}) -> --config_file={cfg['path']} on every node")
+    method = [f"{k} {meta[k]}" for k in ("optimizer", "max_iter") if k in meta]
+    if "gradient_accumulation_steps" in meta:
+        method.append("gradient accumulation per cell (grad_acc; samples/step = grad_acc x bz/dev x gpus)")
+    if method:
+        out.append("method: " + ", ".join(method))
+    return out
+
+
 def _run(args) -> int:
     from dlperf_tasks.catalog import load_suite
     from dlperf_tasks.plan import plan
 
-    p = plan(load_suite(args.suite, extra_dirs=args.catalog_dir), overrides_from_args(args))
+    suite = load_suite(args.suite, extra_dirs=args.catalog_dir)
+    p = plan(suite, overrides_from_args(args))
+    meta = suite.launch_metadata()
     if args.format == "json":
-        print(json.dumps(p.to_dict(), indent=2))
+        print(json.dumps({**p.to_dict(), "launch": meta}, indent=2))
         return 0
     print(p.summary())
+    for line in launch_lines(meta):
+        print(line)
+    from dlperf_tasks.decisions import plan_line
+
+    line = plan_line(suite, p)  # adaptive trial count (H8): the worst case is the fixed count
+    if line:
+        print(line)
     if args.list_trials:
         print()
         for t in p.trials:

@@ -29,7 +29,7 @@ same spool later, giving identical objects.
 Store URLs:
   s3://BUCKET[/PREFIX]?endpoint=URL&region=R&addressing_style=path|virtual|auto
   file:///ABSOLUTE/DIR          (also a plain directory path)
-Default: $DLPERF_STORE_URL, else file://~/.local/share/dlperf/store.
+Default: $DLPERF_STORE_URL, else file://<checkout>/.run/store (where make run publishes).
 S3 credentials only from the environment: DLPERF_S3_ACCESS_KEY_ID and
 DLPERF_S3_SECRET_ACCESS_KEY (or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)."""
 
@@ -75,7 +75,11 @@ def run(args: argparse.Namespace) -> int:
     url = args.store
     if url is None and args.resume:
         url = Spool.load(run_dir).read_target().get("store")
-    settings: dict = {"url": url} if url else {}
+    from dlperf_tasks.settings import Settings
+
+    where = Settings.load().with_store(url, "--store" if args.store else "the first attempt")
+    print(where.describe_store(), file=sys.stderr)
+    settings: dict = {"url": where.store_url}
     kw = {}
     if args.redact is not None:
         kw["redaction"] = args.redact

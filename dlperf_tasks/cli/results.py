@@ -1,6 +1,6 @@
 """``dlperf results``: browse, fetch, compare and trend archived benchmark runs.
 
-Every sub-command reads the store named by ``--store URL`` (or ``$DLPERF_STORE``, or the
+Every sub-command reads the store named by ``--store URL`` (or ``$DLPERF_STORE_URL``, or the
 ``[dlperf]`` settings) through the store's index, so no command lists a whole bucket.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dlperf_tasks.errors import DlperfError
 from dlperf_tasks.cli._args import positive_int
+from dlperf_tasks.history.rows import compare_rows, ls_rows, show_rows, verdict_note
 
 _EPILOG = """examples:
   dlperf results ls --suite mxnet-bert --since 2026-01-01
@@ -25,7 +26,7 @@ _EPILOG = """examples:
   dlperf results export --suite mxnet-bert --parquet runs.parquet
 
 store: --store s3://bucket/prefix?endpoint=http://host:8333 | oss://... | file:///dir | DIR
-       (default: $DLPERF_STORE; S3 keys from DLPERF_S3_ACCESS_KEY_ID/DLPERF_S3_SECRET_ACCESS_KEY)"""
+       (default: $DLPERF_STORE_URL; S3 keys from DLPERF_S3_ACCESS_KEY_ID/DLPERF_S3_SECRET_ACCESS_KEY)"""
 
 
 def _date(text: str) -> str:
@@ -37,7 +38,7 @@ def _date(text: str) -> str:
 
 
 def _common(p: argparse.ArgumentParser, fmt: bool = True) -> None:
-    p.add_argument("--store", metavar="URL", help="results store URL (default: $DLPERF_STORE or [dlperf] settings)")
+    p.add_argument("--store", metavar="URL", help="results store URL (default: $DLPERF_STORE_URL, else the default store where make run publishes)")
     if fmt:
         p.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format (default: table)")
 
@@ -62,8 +63,10 @@ def register(subparsers) -> None:
     q.set_defaults(func=cmd_ls)
 
     q = sub.add_parser("show", help="one run's cells and findings", description="Show one run: metadata, "
-                       "each cell's median/average/speedup/trial counts and its regression findings.")
+                       "each cell's median/average/speedup/trial counts and its regression findings. "
+                       "RUN: a run id, a unique prefix of one, or 'latest' (newest run, of --suite if given).")
     q.add_argument("run_id", metavar="RUN")
+    q.add_argument("--suite", help="with 'latest' or a prefix: only runs of this suite")
     _common(q)
     q.set_defaults(func=cmd_show)
 
@@ -76,12 +79,17 @@ def register(subparsers) -> None:
     q.set_defaults(func=cmd_get)
 
     q = sub.add_parser("compare", help="compare two runs cell by cell",
-                       description="Per cell: both medians, delta %% (B vs A) and whether the difference "
-                                   "is beyond the cells' trial noise (Mann-Whitney U p < alpha and more than "
-                                   "K standard errors); plus the environment diff.")
+                       description="Per cell: both medians, the change B vs A in % with its interval "
+                                   "(1 - alpha; the cell's history in the store is the noise model), the "
+                                   "smallest change the trial counts can detect, and a verdict: faster, "
+                                   "slower, same (within +-TOL %) or undecided (the data cannot decide: "
+                                   "run more trials); plus the environment diff. RUN may be a run id, a "
+                                   "unique prefix of one, or 'latest'.")
     q.add_argument("run_a", metavar="RUN_A")
     q.add_argument("run_b", metavar="RUN_B")
-    q.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    q.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the interval (default 0.05)")
+    q.add_argument("--tolerance", type=float, default=3.0, metavar="TOL",
+                   help="changes within +-TOL %% count as 'same' (default 3)")
     _common(q)
     q.set_defaults(func=cmd_compare)
 
@@ -115,15 +123,18 @@ def register(subparsers) -> None:
     q.add_argument("--suite", required=True)
     q.add_argument("--parquet", required=True, metavar="FILE")
     q.add_argument("--since", type=_date, help="only runs on or after this date")
-    q.add_argument("--store", metavar="URL", help="results store URL (default: $DLPERF_STORE)")
+    q.add_argument("--store", metavar="URL", help="results store URL (default: $DLPERF_STORE_URL, else the default store)")
     q.set_defaults(func=cmd_export)
 
 
 # ------------------------------------------------------------------------------ helpers
 def _store(args):
-    from dlperf_tasks.history.source import open_store
+    """The store of ``--store`` or the settings; says which on stderr (one line)."""
+    from dlperf_tasks.history.source import open_store, store_settings
 
-    return open_store(args.store)
+    s = store_settings(args.store)
+    print(s.describe_store(), file=sys.stderr)
+    return open_store(settings=s)
 
 
 def _print(text: str) -> None:
@@ -137,41 +148,12 @@ def _render(rows, fmt, columns=None, doc=None) -> None:
 
 
 # ------------------------------------------------------------------------------ commands
-def ls_rows(summaries, framework=None, model=None, status=None):
-    rows = []
-    for s in summaries:
-        if framework and s.get("framework") != framework:
-            continue
-        cells = s.get("cells") or {}
-        if model and not any((c or {}).get("model") == model for c in cells.values()):
-            continue
-        if status and str(s.get("status")) != status:
-            continue
-        n_valid = sum(int((c or {}).get("n_valid") or 0) for c in cells.values())
-        rows.append({"run_id": s.get("run_id"), "suite": s.get("suite"), "date": s.get("date"),
-                     "status": s.get("status"), "cells": len(cells), "valid_trials": n_valid,
-                     "findings": (s.get("regressions") or {}).get("findings"), "framework": s.get("framework")})
-    rows.sort(key=lambda r: (str(r["date"]), str(r["run_id"])), reverse=True)
-    return rows
-
-
 def cmd_ls(args) -> int:
     store = _store(args)
     rows = ls_rows(store.list_runs(suite=args.suite, since=args.since), args.framework, args.model, args.status)
     rows = rows[: args.limit]
     _render(rows, args.format, ["run_id", "suite", "date", "status", "cells", "valid_trials", "findings"])
     return 0
-
-
-def show_rows(result) -> list[dict]:
-    rows = []
-    for c in result.get("cells", []):
-        rows.append({"cell_id": c.get("cell_id"), "model": c.get("model"), "topology": c.get("topology"),
-                     "bz": c.get("batch_size_per_device"), "precision": c.get("precision"),
-                     "median": c.get("median_speed"), "average": c.get("average_speed"),
-                     "speedup": c.get("speedup"), "valid": c.get("n_valid"), "invalid": c.get("n_invalid"),
-                     "cv": c.get("cv"), "unit": c.get("unit")})
-    return rows
 
 
 def _manifest_findings(store, run_id):
@@ -184,13 +166,20 @@ def _manifest_findings(store, run_id):
 
 
 def cmd_show(args) -> int:
+    from dlperf_tasks.history.source import resolve_run
+
     store = _store(args)
+    args.run_id = resolve_run(store, args.run_id, suite=args.suite)
     result = store.read_result(args.run_id)
     run = result.get("run") or {}
     rows = show_rows(result)
     regress = _manifest_findings(store, args.run_id)
+    from dlperf_tasks.decisions import summary_lines
+    from dlperf_tasks.history import confirm
+
+    confirmed = store.read_annotation(args.run_id, confirm.ANNOTATION)  # A/B verdicts (H8)
     if args.format == "json":
-        _render(rows, "json", doc={"run": run, "cells": rows, "regressions": regress})
+        _render(rows, "json", doc={"run": run, "cells": rows, "regressions": regress, "confirmations": confirmed})
         return 0
     if args.format == "csv":
         _render(rows, "csv")
@@ -202,14 +191,31 @@ def cmd_show(args) -> int:
     if env:
         _print(f"{'env':16} " + ", ".join(f"{k}={v}" for k, v in sorted(env.items()) if not isinstance(v, dict)))
     _print("")
-    _render(rows, "table", ["cell_id", "median", "average", "speedup", "valid", "invalid", "cv", "unit"])
+    _render(rows, "table", ["cell_id", "median", "average", "speedup", "valid", "invalid", "cv", "noisy", "unit"])
+    noisy = [r["cell_id"] for r in rows if r["noisy"]]
+    if noisy:
+        from dlperf_tasks.history.rows import NOISY_CV
+
+        _print(f"noisy (CV > {NOISY_CV:.0%}): " + ", ".join(noisy))
     if regress is not None:
         _print("")
         findings = regress.get("findings") or []
-        _print(f"regressions: {len(findings)} finding(s), {len(regress.get('noisy') or [])} noisy cell(s)")
+        _print(f"regressions: {len(findings)} finding(s), {len(regress.get('noisy') or [])} noisy cell(s), "
+               f"{len(regress.get('undecided') or [])} undecided check(s)")
         for f in findings:
+            if f["kind"] == "loss":  # loss sanity: "fast but wrong?" with the band (history/loss.py)
+                _print(f"  {f['kind']:10} {f['cell_id']}: {f.get('note')}")
+                continue
+            ci = f.get("ci_pct")
             _print(f"  {f['kind']:10} {f['cell_id']}: {f['baseline']:.4g} -> {f['current']:.4g} "
-                   f"({f['delta_pct']:+.2f}%, p={f['p_value']})")
+                   f"({f['delta_pct']:+.2f}%" + (f", 95% interval [{ci[0]:+.2f}, {ci[1]:+.2f}]%" if ci else "")
+                   + (f", detectable >= {f['mde_pct']:.1f}%" if f.get("mde_pct") is not None else "")
+                   + f", p={f['p_value']})" + confirm.status_suffix(confirmed, f"{f['kind']}:{f['cell_id']}"))
+        bare = [v["cell_id"] for v in regress.get("loss") or [] if v.get("status") == "insufficient_history"]
+        if bare:
+            _print(f"  loss: no loss history yet, not checked: {', '.join(bare)}")
+    for line in summary_lines(run):
+        _print(line)
     return 0
 
 
@@ -220,26 +226,23 @@ def cmd_get(args) -> int:
     return 0
 
 
-def compare_rows(doc) -> list[dict]:
-    return [{"cell_id": c["cell_id"], "median_a": c["median_a"], "median_b": c["median_b"],
-             "delta_pct": c["delta_pct"], "speedup_a": c["speedup_a"], "speedup_b": c["speedup_b"],
-             "p_value": c["p_value"], "beyond_noise": c["beyond_noise"], "verdict": c["verdict"]}
-            for c in doc["cells"]]
-
-
 def cmd_compare(args) -> int:
     from dlperf_tasks.history.compare import compare_runs
     from dlperf_tasks.history.runs import RunView
+    from dlperf_tasks.history.source import history_views, resolve_run
 
     store = _store(args)
-    a = RunView.from_result(store.read_result(args.run_a))
-    b = RunView.from_result(store.read_result(args.run_b))
-    doc = compare_runs(a, b, alpha=args.alpha)
+    a = RunView.from_result(store.read_result(resolve_run(store, args.run_a)))
+    b = RunView.from_result(store.read_result(resolve_run(store, args.run_b)))
+    history = history_views(store, b.suite) if a.suite == b.suite else []
+    doc = compare_runs(a, b, history, alpha=args.alpha, tolerance=args.tolerance / 100.0)
     rows = compare_rows(doc)
     _render(rows, args.format, doc=doc)
     if args.format == "table":
         _print("")
-        _print(f"A = {a.run_id}, B = {b.run_id}; delta = (B - A) / A")
+        _print(f"A = {a.run_id}, B = {b.run_id}; delta = (B - A) / A, interval at {1 - args.alpha:.0%}, "
+               f"mde = smallest change these trial counts detect (80% power)")
+        _print(verdict_note(doc))
         if doc["env_diff"]:
             _print("environment diff: " + "; ".join(f"{k}: {v['baseline']} -> {v['current']}"
                                                     for k, v in doc["env_diff"].items()))

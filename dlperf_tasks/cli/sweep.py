@@ -35,8 +35,10 @@ def register(subparsers) -> None:
                               description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", required=True, help="suite id (see 'dlperf catalog') or path to a suite .yaml file")
-    p.add_argument("--cluster", required=True, metavar="YAML", help="cluster inventory (format: docs/testcluster.md)")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory (logs/, trials/, result.json, report.md)")
+    p.add_argument("--cluster", metavar="YAML|local",
+                   help="cluster inventory (format: docs/testcluster.md), or 'local' (worker processes on this "
+                        "machine); default: $DLPERF_CLUSTER, else local")
+    p.add_argument("--out", metavar="DIR", help="output directory (logs/, trials/, result.json, report.md); required unless --dry-run")
     add_override_arguments(p, include_excluded=False)
     p.add_argument("--image", metavar="REF",
                    help="full image reference to run instead of the suite's (default: the suite's image, or the "
@@ -49,13 +51,22 @@ def register(subparsers) -> None:
                         "sequential: one trial at a time like DLPerf; packed_exclusive_multinode: multi-node "
                         "trials run alone on the cluster")
     p.add_argument("--cooldown", type=float, default=0.0, metavar="S", help="idle seconds on a node after each trial")
-    p.add_argument("--retries", type=int, default=1, metavar="N",
-                   help="extra attempts for retriable failures (node unreachable, launch failed, timeout, hang)")
+    p.add_argument("--retries", type=int, default=None, metavar="N",
+                   help="extra attempts for retriable failures (node unreachable, launch failed, timeout, hang); "
+                        "default: the settings' trial_retries ($DLPERF_TRIAL_RETRIES, else 1)")
     p.add_argument("--nodes", metavar="LIST", help="use only these inventory nodes (comma-separated names)")
     p.add_argument("--wait-for-nodes", type=float, default=0.0, metavar="S",
                    help="wait up to S seconds for nodes leased by another sweep (default: fail at once)")
     p.add_argument("--no-env-capture", action="store_true", help="skip nvidia-smi / CUDA / NCCL version capture")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--adaptive", nargs="?", const=0.01, type=float, metavar="REL_WIDTH",
+                   help="stop a cell's trials (after 3) once its median's CI is within REL_WIDTH (default 0.01); "
+                        "the suite's trials are the maximum (docs/decisions.md)")
+    p.add_argument("--quarantine", action="store_true",
+                   help="take a node that is slower than its peers or fails out of this sweep, and keep it out of "
+                        "later sweeps until 'dlperf cluster clear NODE' (state in the settings' work dir)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan and the command each trial would run on each node; run and write nothing")
     p.set_defaults(func=run)
 
 
@@ -68,14 +79,33 @@ def run(args) -> int:
 
     if args.trials is not None and args.trials < 1:
         raise PlanError("--trials must be >= 1")
-    suite = load_suite(args.suite, extra_dirs=args.catalog_dir)
+    from dlperf_tasks.settings import Settings
+
+    settings = Settings.load(cluster=args.cluster)
+    suite = load_suite(args.suite, extra_dirs=args.catalog_dir or list(settings.catalog_path) or None)
     the_plan = plan(suite, overrides_from_args(args))
-    cluster = Cluster.from_yaml(args.cluster)
-    opts = SweepOptions(policy=args.policy, cooldown_s=args.cooldown, retries=max(0, args.retries),
+    if args.adaptive:
+        from dlperf_tasks.adaptive import AdaptivePolicy, worst_case
+
+        cells: dict[str, int] = {}
+        for pt in the_plan.trials:
+            cells[pt.trial.cell.id] = cells.get(pt.trial.cell.id, 0) + 1
+        wc = worst_case(cells, AdaptivePolicy(rel_width=args.adaptive))
+        print(f"adaptive trials: {wc['min_trials']} to {wc['max_trials']} trials (worst case = the fixed count)",
+              file=sys.stderr)
+    if args.dry_run:
+        return dry_run(suite, the_plan)
+    if not args.out:
+        raise PlanError("--out is required (or --dry-run)")
+    cluster = None if settings.is_local else Cluster.from_yaml(settings.cluster)
+    opts = SweepOptions(policy=args.policy, cooldown_s=args.cooldown, retries=max(0, settings.trial_retries if args.retries is None else args.retries),
                         nodes=[n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None,
                         lease_wait_s=args.wait_for_nodes, image=args.image,
                         mpi_ssh_port=args.mpi_ssh_port, capture_env=not args.no_env_capture,
-                        progress=None if args.quiet else sys.stderr)
+                        progress=None if args.quiet else sys.stderr,
+                        adaptive={"rel_width": args.adaptive} if args.adaptive else None,
+                        node_health=True if args.quarantine else None,
+                        work_dir=settings.work_dir if args.quarantine else None, settings=settings)
     stop = threading.Event()
 
     def on_term(signum, frame):  # SIGTERM: stop like Ctrl-C, trials clean up their nodes
@@ -92,3 +122,17 @@ def run(args) -> int:
     print(f"{total - len(bad)}/{total} trials valid; wrote {res.out_dir / 'result.json'} and "
           f"{res.out_dir / 'report.md'}")
     return 1 if bad else 0
+
+
+def dry_run(suite, the_plan) -> int:
+    """Print the plan and every trial's commands (nothing runs, nothing is written)."""
+    from dlperf_tasks.frameworks import get
+    from dlperf_tasks.remote.local import launch_specs
+
+    print(the_plan.summary())
+    fw = get(suite.framework)
+    for pt in the_plan.trials:
+        _, specs = launch_specs(pt.trial, fw, suite.launcher)
+        for rank, spec in specs:
+            print(f"{pt.id} node {rank}: {spec.shell()}")
+    return 0

@@ -42,6 +42,11 @@ CRASH_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("MPI abort", re.compile(r"MPI_ABORT was invoked|ORTE has lost communication|ORTE was unable to reliably start")),
     ("CUDA error", re.compile(r"CUDA error: |CUDNN_STATUS_[A-Z_]*ERROR|cudaErrorLaunchFailure|an illegal memory access")),
     ("MXNet error", re.compile(r"mxnet\.base\.MXNetError")),
+    # the script refused its command line (argparse exits 2, absl 1) or failed a setup check before
+    # training: the line says why (a misspelled flag, a BERT-large config, a Megatron assert)
+    ("usage error", re.compile(r"\S: error: (?:unrecognized arguments|the following arguments are required|argument )"
+                               r"|FATAL Flags parsing error")),
+    ("setup error", re.compile(r"^(?:ValueError|AssertionError|FileNotFoundError): \S")),
 ]
 
 
@@ -51,9 +56,17 @@ _CRASH_ANY = re.compile("|".join(f"(?P<g{i}>{rx.pattern})" for i, (_, rx) in enu
 # cannot match, and ``in`` is ~30x faster than the combined regex (which tries every
 # alternative at every position: ~70 us on a 200-character line, i.e. minutes for a 1 GB log).
 # Keep in sync when adding a pattern (tests/unit/test_frameworks_parsers.py checks the markers).
-_CRASH_HINTS = ("Traceback", "CUDA", "cudaError", "ResourceExhaustedError", "OOM when", "bad_alloc", "NCCL error",
-                "nccl", "NCCL WARN", "Killed", "exited on signal", "non-zero exit", "Segmentation fault", "SIGSEGV",
-                "core dumped", "MPI_ABORT", "ORTE ", "CUDNN_STATUS_", "illegal memory", "MXNetError")
+_CRASH_HINTS = ("Traceback", "CUD", "rror", "OOM when", "bad_alloc", "NCCL WARN", "Killed", "exit",
+                "Segmentation fault", "SIGSEGV", "core dumped", "MPI_ABORT", "ORTE ", "illegal memory")
+#: the whole-text scan of :mod:`_stream` costs one ``str.find`` pass per hint, so the list is the
+#: smallest set of literals that covers every alternative of every pattern (``rror`` covers
+#: ResourceExhaustedError, NCCL error, nccl*Error, cudaError*, MXNetError, ``: error:``, the Flags
+#: parsing error and the setup errors; ``CUD`` covers CUDA* and CUDNN*; ``exit`` both exit patterns)
+
+
+#: hint -> the patterns that can match a line holding it (the hint is part of the pattern's text)
+_HINT_PATTERNS = {h: [i for i, (_, rx) in enumerate(CRASH_PATTERNS) if h.strip() in rx.pattern] for h in _CRASH_HINTS}
+assert all(_HINT_PATTERNS.values()), "every crash hint must appear in a crash pattern"
 
 
 def _decode(chunk: str | bytes | bytearray) -> str:
@@ -164,6 +177,22 @@ def parse_float(text: str) -> float | None:
     return v
 
 
+def crash_marker(text: str) -> str | None:
+    """The name of the first crash pattern (in :data:`CRASH_PATTERNS` order) found in ``text``."""
+    # one pattern at a time: each starts with literals ``re`` can skip to, where the combined
+    # alternation tries every alternative at every position (~70 us a line)
+    which = sorted({i for h, idx in _HINT_PATTERNS.items() if h in text for i in idx})
+    return next((CRASH_PATTERNS[i][0] for i in which if CRASH_PATTERNS[i][1].search(text)), None)
+
+
+#: crash_marker() of lines already seen: the same benign lines (cuDNN autotune notes, TF's
+#: MirroredStrategy) come back in every trial of a tree; a pure function of the text, so cached
+_VERDICTS: dict[str, str | None] = {}
+_UNSEEN = object()
+_VERDICT_MAX = 4096
+_VERDICT_MAX_LINE = 1024
+
+
 class FactCollector:
     """Accumulates :class:`LogFacts` while a parser streams a log."""
 
@@ -176,12 +205,22 @@ class FactCollector:
     def line(self, text: str) -> None:
         """Count a line and look for crash markers in it."""
         self.facts.lines += 1
+        if any(h in text for h in _CRASH_HINTS):
+            self.crash_line(text)
+
+    def crash_line(self, text: str) -> None:
+        """Record the crash marker in ``text``, if any (the line is not counted)."""
         if len(self.facts.crash_markers) >= MAX_RECORDED:
             return
-        m = _CRASH_ANY.search(text) if any(h in text for h in _CRASH_HINTS) else None
-        if not m:
+        name = _VERDICTS.get(text, _UNSEEN)
+        if name is _UNSEEN:
+            name = crash_marker(text)
+            if len(text) <= _VERDICT_MAX_LINE:
+                if len(_VERDICTS) >= _VERDICT_MAX:
+                    _VERDICTS.clear()
+                _VERDICTS[text] = name
+        if name is None:
             return
-        name = CRASH_PATTERNS[int(m.lastgroup[1:])][0]
         snippet = text.strip()[:200]
         key = name + "|" + snippet
         if key not in self._crash_seen:
@@ -208,6 +247,17 @@ class FactCollector:
         self.facts.ranks_seen = sorted(self._ranks)
         return self.facts
 
+    def snapshot(self) -> LogFacts:
+        """A copy of the facts so far (the collector keeps going)."""
+        import copy
+
+        snap = copy.copy(self.facts)
+        snap.iterations_seen = sorted(self._iters)
+        snap.ranks_seen = sorted(self._ranks)
+        snap.crash_markers = list(self.facts.crash_markers)
+        snap.errors = list(self.facts.errors)
+        return snap
+
 
 def missing_iterations(seen: Iterable[int], first: int, last: int, limit: int = 5) -> list[int]:
     """Iterations in ``first..last`` (inclusive) that are absent from ``seen`` (at most ``limit``)."""
@@ -229,3 +279,47 @@ def fmt_list(items: list, limit: int = 5) -> str:
 def round2(x: float) -> float:
     """DLPerf rounds each per-file result with Python's ``round(x, 2)``."""
     return round(float(x), 2)
+
+
+def step_window(samples: list, stride: int | None, warmup: int, total: int, skip: int = 0):
+    """The two logged samples that bound a window counted in **steps**, not lines.
+
+    ``samples`` in file order (one per logged step). The log's origin is the step before its
+    first logged one (``first - stride``: 0 for a log that starts at step 1 and logs every step,
+    2822 for a resumed DLE log with ``log_freq`` 50 that starts at 2872). The window starts at the
+    first logged step >= ``origin + skip + warmup`` and ends at the first >= ``origin + skip + total``.
+    With stride 1 from step 1 this is DLPerf's "20th and 120th counted line" rule. Returns
+    ``(start, end)`` or ``(None, needed_step)`` when the log stops too early.
+    """
+    if not samples:
+        return None, total + skip
+    stride = max(int(stride or 1), 1)
+    origin = samples[0].iteration - stride
+    want_start, want_end = origin + skip + warmup, origin + skip + total
+    start = end = None
+    for s in samples:
+        if start is None and s.iteration >= want_start:
+            start = s
+        if s.iteration >= want_end:
+            end = s
+            break
+    if start is None or end is None:
+        return None, want_end
+    return start, end
+
+
+def window_problems(samples: list, stride: int | None, window, skip: int = 0, *, label: str = "step",
+                    after: str = "") -> list[str]:
+    """``check()`` of a timestamp-rule parser (PyTorch DLE, TF BERT): why :func:`step_window`
+    finds no window (the log stops too early: "only N of M iterations", counted in steps) or why
+    its two timestamps give no speed. ``label`` names a logged step ("step", "'Train Step'"),
+    ``after`` qualifies the count (" after the first 5 steps")."""
+    start, end = step_window(samples, stride, window.warmup, window.total, skip)
+    if start is None:
+        last = max(s.iteration for s in samples)
+        have = max(0, window.total - (end - last))
+        return [f"only {have} of {window.total} iterations{after} (last {label} seen {last}, the window needs "
+                f"step {end}; counted in steps)"]
+    if end.value - start.value <= 0:
+        return [f"timestamps do not increase between {label} {start.iteration} and {label} {end.iteration}"]
+    return []

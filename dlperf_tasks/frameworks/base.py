@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from dlperf_tasks.model import Cell, LogFacts, MetricKind, ParsedLog, Trial, TrialMetric, Window
+from dlperf_tasks.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
 
 
 @dataclass(frozen=True)
@@ -81,10 +81,31 @@ class Framework(ABC):
         """Node ranks whose logs carry the iteration lines (Megatron: the last node)."""
         return [0]
 
-    @abstractmethod
+    #: plausibility bound used when the suite gives none (catalog ``plausible_max_per_gpu``):
+    #: samples/s per GPU for THROUGHPUT kinds, the latency floor (ms/iter) for LATENCY kinds
+    plausible_max_per_gpu: float | None = None
+    #: the incremental parser class (a ``_stream.LogStream`` subclass) of this framework
+    Stream: type | None = None
+
+    def stream(self, max_lines: int | None = None, keep_samples: bool = True):
+        """An incremental parser state: ``.feed(chunk)``, ``.max_iteration``, ``.facts()``,
+        ``.close()`` -> ParsedLog (see ``frameworks/_stream.py``). ``keep_samples=False``: samples
+        are dropped after each fed block (constant memory; for progress watching)."""
+        if self.Stream is None:
+            from dlperf_tasks.frameworks._stream import LineParseStream
+
+            st = LineParseStream(self, max_lines=max_lines)
+        else:
+            st = self.Stream(max_lines=max_lines)
+        st.keep_samples = keep_samples
+        return st
+
     def parse(self, lines: Iterable[str]) -> ParsedLog:
         """Stream a log (lines may contain ``\\r`` / glued fragments) into samples + facts.
         Must not load more than it needs; must never raise on garbage (record it in facts.errors)."""
+        from dlperf_tasks.frameworks._stream import parse_with
+
+        return parse_with(self.stream(), lines)
 
     def expected_ranks(self, cell: Cell) -> list[int]:
         """Ranks that must print iteration lines (default: only rank 0 prints)."""

@@ -34,17 +34,20 @@ Launcher settings: ``workdir`` (/workspace/Megatron-LM), ``script`` (pretrain_gp
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
-from dlperf_tasks.frameworks._lines import FactCollector, parse_float, round2, split_lines, strip_tag
+from dlperf_tasks.frameworks._lines import parse_float, round2
+from dlperf_tasks.frameworks._stream import LogStream, as_int
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.model import Cell, MetricKind, ParsedLog, Sample, Trial, TrialMetric, Window
 
 _ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
-_ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*(\S+?)\s*\|")
+_ELAPSED = re.compile(r"elapsed time per iteration \(ms\)\s*:\s*([^\s|]+)\s*\|")  # the "|" proves the value is whole
+_LM_LOSS = re.compile(r"\blm loss\s*:\s*([^\s|]+)")
+_ARG = re.compile(r" ([a-z][a-z0-9_]*) \.{3,} ([^\n]*)")
 _GBS = re.compile(r"global batch size:\s*(\d+)")
-_MEM = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\)")
+_MEM = re.compile(r"\[Rank (\d+)\]\s*\(after (\d+) iterations\)\s*memory \(MB\)")
 _MEM_FIELDS = {
     "allocated": re.compile(r"\|\s*allocated:\s*(\S+)"),
     "max_allocated": re.compile(r"\|\s*max allocated:\s*(\S+)"),
@@ -147,49 +150,7 @@ class MegatronGpt(Framework):
     def metrics_nodes(self, cell: Cell) -> list[int]:
         return [cell.topology.nodes - 1]
 
-    def parse(self, lines: Iterable[str]) -> ParsedLog:
-        fc = FactCollector()
-        samples: list[Sample] = []
-        memory: dict[str, float] = {}
-        gbs: int | None = None
-        for n, raw in enumerate(split_lines(lines), 1):
-            fc.line(raw)
-            rank, text = strip_tag(raw)
-            if "memory (MB)" in text:
-                mm = _MEM.search(text)
-                if mm:
-                    fc.rank(int(mm.group(1)))
-                    for key, rx in _MEM_FIELDS.items():
-                        fm = rx.search(text)
-                        v = parse_float(fm.group(1)) if fm else None
-                        if v is None or v < 0:
-                            fc.error(f"line {n}: memory field {key!r} missing or not a number")
-                            continue
-                        memory[key] = max(memory.get(key, 0.0), v)
-                continue
-            if "elapsed time per iteration" not in text:
-                continue
-            im = _ITER.search(text)
-            em = _ELAPSED.search(text)
-            if not im or not em:
-                fc.error(f"line {n}: unreadable iteration line: {text[:120]!r}")
-                continue
-            it = int(im.group(1))
-            v = parse_float(em.group(1))
-            if v is None or v <= 0:
-                fc.error(f"line {n}: iteration {it} elapsed time {em.group(1)!r} is not a positive finite number")
-                continue
-            gm = _GBS.search(text)
-            if gm:
-                gbs = int(gm.group(1))
-            fc.iteration(it, rank)
-            samples.append(Sample(iteration=it, value=v, unit="ms/iter", rank=rank))
-        extra: dict = {"memory_mb": memory}
-        if "max_reserved" in memory:
-            extra["memory_mib"] = memory["max_reserved"]
-        if gbs is not None:
-            extra["global_batch_size"] = gbs
-        return ParsedLog(samples=samples, facts=fc.finish(), extra=extra)
+    plausible_max_per_gpu = 1.0  # LATENCY: the floor, ms per iteration
 
     def _measured(self, parsed: ParsedLog, window: Window) -> list[Sample]:
         if not parsed.samples:
@@ -203,7 +164,7 @@ class MegatronGpt(Framework):
             return ["no ' iteration N/M | ... elapsed time per iteration (ms): X |' line in the log "
                     "(Megatron prints it only in the last node's log)"]
         last = max(s.iteration for s in parsed.samples)
-        reasons = []
+        reasons = layout_vs_args(parsed.facts, cell)
         if last < window.total:
             reasons.append(f"only {last} of {window.total} iterations (last iteration line at {last})")
         elif not self._measured(parsed, window):
@@ -218,5 +179,109 @@ class MegatronGpt(Framework):
         latency = sum(s.value for s in meas) / len(meas)
         gbs = cell.layout.global_batch if cell.layout else parsed.extra.get("global_batch_size")
         thr = round2(gbs * 1000.0 / latency) if gbs else None
-        return TrialMetric(value=round2(latency), kind=MetricKind.LATENCY,
-                           memory_mib=parsed.extra.get("memory_mib"), throughput=thr)
+        mem = parsed.extra.get("memory_mib")
+        return TrialMetric(value=round2(latency), kind=MetricKind.LATENCY, memory_mib=mem, throughput=thr,
+                           memory_source=MEMORY_SOURCE if mem is not None else None,
+                           details={"final_loss": parsed.facts.final_loss} if parsed.facts.final_loss is not None else {})
+
+
+#: what ``memory_mib`` is: never nvidia-smi's figure (seed 002's column is ~670 MiB higher: CUDA context)
+MEMORY_SOURCE = ("log: max reserved (MB), torch caching allocator peak from the '[Rank N] memory (MB)' line; "
+                 "not nvidia-smi memory.used (which adds the CUDA context)")
+#: Megatron argument name -> (ParallelLayout attribute, label)
+_LAYOUT_ARGS = {"micro_batch_size": ("micro_batch", "micro batch"), "global_batch_size": ("global_batch", "global batch"),
+                "data_parallel_size": ("dp", "data-parallel size"),
+                "tensor_model_parallel_size": ("mp", "tensor-parallel size"),
+                "pipeline_model_parallel_size": ("pp", "pipeline-parallel size"),
+                "num_layers": ("num_layers", "layers"), "hidden_size": ("hidden_size", "hidden size"),
+                "num_attention_heads": ("num_heads", "attention heads")}
+
+
+def layout_vs_args(facts, cell: Cell) -> list[str]:
+    """Reasons where the log's arguments block disagrees with the cell's parallel layout."""
+    out = []
+    lay = cell.layout
+    if lay is None:
+        return out
+    for arg, (attr, label) in _LAYOUT_ARGS.items():
+        v = as_int(facts.args.get(arg))
+        if v is not None and v != getattr(lay, attr):
+            out.append(f"log's {label} is {v} (arguments block: {arg}), the cell's ({lay.case}) is "
+                       f"{getattr(lay, attr)}")
+    w = as_int(facts.args.get("world_size"))
+    if w is not None and w != cell.topology.world_size:
+        out.append(f"log's world size is {w} (arguments block), the cell's is {cell.topology.world_size} "
+                   f"({cell.topology.name})")
+    return out
+
+
+class MegatronStream(LogStream):
+    """Megatron-LM log: arguments block, iteration lines (last rank), memory lines (rank 0)."""
+
+    def __init__(self, max_lines: int | None = None) -> None:
+        super().__init__(max_lines=max_lines)
+        self.memory: dict[str, float] = {}
+        self.extra["memory_mb"] = self.memory
+
+    def scan(self, block: str) -> None:
+        if "......" in block:
+            for m in _ARG.finditer(block):
+                self.fc.facts.args[m.group(1)] = m.group(2).strip()
+                self.fc.facts.args_source = "Megatron arguments block"
+        if "memory (MB)" in block:
+            for start, line in self.lines_with(block, "memory (MB)"):
+                self._memory(block, start, line)
+        if "elapsed time per iteration" in block:
+            for start, line in self.lines_with(block, "elapsed time per iteration"):
+                self._iteration(block, start, line)
+
+    def _memory(self, block: str, start: int, text: str) -> None:
+        mm = _MEM.search(text)
+        if not mm:
+            return
+        self.fc.rank(int(mm.group(1)))
+        for key, rx in _MEM_FIELDS.items():
+            fm = rx.search(text)
+            v = parse_float(fm.group(1)) if fm else None
+            if v is None or v < 0:
+                self.fc.error(f"line {self.line_no(block, start)}: memory field {key!r} missing or not a number")
+                continue
+            self.memory[key] = max(self.memory.get(key, 0.0), v)
+
+    def _iteration(self, block: str, start: int, text: str) -> None:
+        im = _ITER.search(text)
+        em = _ELAPSED.search(text)
+        if not im or not em:
+            self.fc.error(f"line {self.line_no(block, start)}: unreadable iteration line: {text[:120]!r}")
+            return
+        it = int(im.group(1))
+        v = parse_float(em.group(1))
+        if v is None or v <= 0:
+            self.fc.error(f"line {self.line_no(block, start)}: iteration {it} elapsed time {em.group(1)!r} "
+                          "is not a positive finite number")
+            return
+        gm = _GBS.search(text)
+        if gm:
+            self.extra["global_batch_size"] = int(gm.group(1))
+        loss = None
+        lm = _LM_LOSS.search(text)
+        if lm:
+            loss = self.loss(it, "lm loss", lm.group(1))
+            self.fc.facts.final_loss = loss
+        self.add(Sample(iteration=it, value=v, unit="ms/iter", rank=self.rank_at(block, start), loss=loss))
+
+    def finish(self) -> None:
+        f = self.fc.facts
+        if "max_reserved" in self.memory:
+            self.extra["memory_mib"] = self.memory["max_reserved"]
+        a = f.args
+        f.world_size = as_int(a.get("world_size"))
+        f.batch_per_device = as_int(a.get("micro_batch_size"))
+        f.global_batch = as_int(a.get("global_batch_size"))
+        f.stride = as_int(a.get("log_interval")) or f.stride
+        mbs, gbs, dp = f.batch_per_device, f.global_batch, as_int(a.get("data_parallel_size"))
+        if mbs and gbs and dp:
+            f.accumulation = gbs // (mbs * dp)
+
+
+MegatronGpt.Stream = MegatronStream

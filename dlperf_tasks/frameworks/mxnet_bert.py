@@ -26,13 +26,18 @@ with ``-x``), ``mpi_args`` (extra mpirun words), ``extra_args`` (extra script wo
 
 from __future__ import annotations
 
+import math
+import operator
 import re
 import statistics
-from collections import defaultdict
-from typing import Iterable, Mapping
+from itertools import repeat
+from collections import Counter, defaultdict
+from operator import attrgetter
+from typing import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
-from dlperf_tasks.frameworks._lines import FactCollector, fmt_list, parse_float, round2, split_lines, strip_tag
+from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2, strip_tag
+from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 
@@ -119,61 +124,28 @@ class MxnetBert(Framework):
             "--num_steps", str(cell.window.total),
             "--log_interval", "1",
             "--ckpt_interval", "1000",
+            "--no_compute_acc",  # DLPerf's pretrain.sh: no accuracy metrics every step (seed 000: CPU-bound)
             "--data", data,
         ] + L.str_list(settings, "extra_args")
         env = L.env_from(settings, {"NCCL_DEBUG": "INFO"})
         argv = build_mpirun(trial, nodes, settings, script, env)
         return LaunchSpec(argv=argv, env=env, workdir=L.text(settings, "workdir", "/workspace/gluon-nlp/scripts/bert"))
 
-    # ---- parsing ---------------------------------------------------------
-    def parse(self, lines: Iterable[str]) -> ParsedLog:
-        fc = FactCollector()
-        samples: list[Sample] = []
-        per_step: dict[int, int] = defaultdict(int)
-        tagged = False
-        for n, raw in enumerate(split_lines(lines), 1):
-            fc.line(raw)
-            rank, text = strip_tag(raw)
-            if rank is not None:
-                tagged = True
-            if "throughput=" not in text or "[step " not in text:
-                continue
-            m = _STEP.search(text)
-            lm = _LATENCY.search(text)
-            if not m:
-                fc.error(f"line {n}: iteration line without a step number: {text[:120]!r}")
-                continue
-            step = int(m.group(1))
-            if not lm:
-                fc.error(f"line {n}: step {step} line has no 'latency=... ms/batch': {text[:120]!r}")
-                continue
-            lat = parse_float(lm.group(1))
-            if lat is None or lat <= 0:
-                fc.error(f"line {n}: step {step} latency {lm.group(1)!r} is not a positive finite number")
-                continue
-            fc.iteration(step, rank)
-            per_step[step] += 1
-            samples.append(Sample(iteration=step, value=lat, unit="ms/iter", rank=rank))
-        facts = fc.finish()
-        return ParsedLog(samples=samples, facts=facts, extra={"lines_per_step": dict(per_step), "tagged": tagged})
-
     def expected_ranks(self, cell: Cell) -> list[int]:
         return list(range(cell.topology.world_size))
 
     def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
-        reasons: list[str] = []
+        reasons: list[str] = self.args_problems(parsed, cell)
         world = cell.topology.world_size
-        per_step: dict[int, int] = defaultdict(int)
-        for s in parsed.samples:
-            per_step[s.iteration] += 1
+        per_step = parsed.extra.get("lines_per_step") or Counter(s.iteration for s in parsed.samples)
         if not per_step:
             return ["no '[step N] ... latency=... ms/batch' line in the log"]
-        need = list(range(1, window.total + 1))
+        need = _needed_steps(per_step, window.total, parsed.facts.stride)
         present = [i for i in need if per_step.get(i)]
         if len(present) < len(need):
             missing = [i for i in need if not per_step.get(i)]
             reasons.append(
-                f"only {len(present)} of {window.total} iterations (last step seen {max(per_step)}; "
+                f"only {len(present)} of {window.total} iterations ({len(need)} logged steps expected; last step seen {max(per_step)}; "
                 f"missing steps {fmt_list(missing)})")
         # ranks: by tag when mpirun tagged the output, else by line count per step
         if parsed.facts.ranks_seen:
@@ -190,12 +162,172 @@ class MxnetBert(Framework):
         world = cell.topology.world_size
         bsz = cell.batch_size_per_device
         speeds: dict[int, list[float]] = defaultdict(list)
-        for s in parsed.samples:
-            if window.warmup < s.iteration <= window.total:
-                speeds[s.iteration].append(1000.0 / s.value * bsz * world)
-        steps = range(window.warmup + 1, window.total + 1)
+        lo, hi, k = window.warmup, window.total, 1000.0 * bsz * world
+        samples = parsed.samples
+        # columns at C speed (attrgetter), then one loop over plain ints/floats
+        for i, v in zip(map(attrgetter("iteration"), samples), map(attrgetter("value"), samples)):
+            if lo < i <= hi:
+                speeds[i].append(k / v)
+        steps = [i for i in _needed_steps(speeds, window.total, parsed.facts.stride) if i > window.warmup]
         missing = [i for i in steps if not speeds.get(i)]
+        if not steps:
+            raise ValueError("mxnet_bert: no logged step inside the window (run check() first)")
         if missing:
             raise ValueError(f"mxnet_bert: steps {fmt_list(missing)} have no latency (run check() first)")
         rows = [statistics.median(speeds[i]) for i in steps]
         return TrialMetric(value=round2(sum(rows) / len(rows)))
+
+    plausible_max_per_gpu = 20000.0
+
+    def args_problems(self, parsed: ParsedLog, cell: Cell) -> list[str]:
+        """The Namespace line's batch and accumulation against the cell."""
+        f = parsed.facts
+        out = []
+        want_total = cell.batch_size_per_device * cell.topology.world_size
+        if f.global_batch is not None and f.global_batch != want_total:
+            out.append(f"log's total_batch_size is {f.global_batch} (gluon-nlp Namespace line), the cell's is "
+                       f"{want_total} ({cell.batch_size_per_device} x {cell.topology.world_size} GPUs)")
+        acc = getattr(cell, "gradient_accumulation_steps", None) or 1
+        if f.accumulation is not None and f.accumulation != acc:
+            out.append(f"log's accumulate is {f.accumulation} (gluon-nlp Namespace line), the cell's is {acc}")
+        return out
+
+
+def _needed_steps(per_step, total: int, stride: int | None) -> list[int]:
+    """The steps a log must hold up to ``total``: every step, or every ``stride``-th from the first
+    logged one when the run logged every ``log_interval`` steps (counted in steps, not lines)."""
+    stride = max(int(stride or 1), 1)
+    first = min(per_step) if stride > 1 and per_step else 1
+    return list(range(first, total + 1, stride))
+
+
+class MxnetBertStream(LogStream):
+    """gluon-nlp ``run_pretraining.py`` log: ``[step N]`` lines of every rank, the Namespace line."""
+
+    def scan(self, block: str) -> str | None:
+        tagged = "]<std" in block  # mpirun --tag-output prefixes: look up ranks only then
+        rest = None if tagged else self._bulk(block)
+        if rest is None:
+            hits = self._each(block, tagged)
+            if hits != block.count("throughput="):
+                self._slow(block, {m.start() for m in _FAST.finditer(block)})
+        if "Namespace(" in block:
+            for _, line in self.lines_with(block, "Namespace("):
+                self._namespace(line)
+        return rest
+
+    def _bulk(self, block: str) -> str | None:
+        """Untagged block, every value well-formed: one ``re.split`` gives the columns and the text
+        between step lines; whole columns are converted at C speed (``map``) instead of a Python
+        loop per line. Returns that in-between text (the crash-marker scan reads only it), or None
+        to fall back to :meth:`_each`."""
+        parts = _FAST.split(block)
+        n = (len(parts) - 1) // 5
+        if n != block.count("throughput="):
+            return None
+        if not n:
+            return block
+        try:
+            steps = list(map(int, parts[1::5]))
+            lats = list(map(float, parts[4::5]))
+            losses = list(map(operator.add, map(float, parts[2::5]), map(float, parts[3::5])))
+        except ValueError:
+            return None
+        if not (min(lats) > 0 and sum(lats) < math.inf) or not -math.inf < sum(losses) < math.inf:
+            return None  # a bad latency or a non-finite loss: the line-by-line path says which
+        self.samples.extend(map(Sample, steps, lats, repeat("ms/iter", n), repeat(None, n), repeat(None, n),
+                                repeat(None, n), losses))
+        self.fc._iters.update(steps)
+        top = max(steps)
+        if self.max_iteration is None or top > self.max_iteration:
+            self.max_iteration = top
+        rest = "".join(parts[0::5])
+        return rest.replace("INFO:root:", "") if "INFO:root:" in rest else rest  # python logging's prefix
+
+    def _each(self, block: str, tagged: bool) -> int:
+        samples, iters, ranks = self.samples, self.fc._iters, self.fc._ranks
+        hits = 0
+        top = self.max_iteration if self.max_iteration is not None else -1
+        for m in _FAST.finditer(block):
+            step_s, mlm_s, nsp_s, lat_s = m.groups()
+            step = int(step_s)
+            try:
+                lat = float(lat_s)
+            except ValueError:
+                lat = -1.0
+            if not 0.0 < lat < math.inf:
+                self.fc.error(f"line {self.line_no(block, m.start())}: step {step} latency {lat_s!r} is not "
+                              "a positive finite number")
+                continue
+            rank = None
+            if tagged:
+                start = block.rfind("\n", 0, m.start()) + 1
+                rank = self.rank_at(block, start)
+                if rank is not None:
+                    ranks.add(rank)
+            try:
+                loss = float(mlm_s) + float(nsp_s)
+            except ValueError:
+                loss = None
+            if loss is not None and not -math.inf < loss < math.inf:
+                self.nonfinite_loss(step, "mlm_loss + nsp_loss", f"{mlm_s} + {nsp_s}")
+            samples.append(Sample(step, lat, "ms/iter", rank, None, None, loss))
+            iters.add(step)
+            hits += 1
+            if step > top:
+                top = step
+        if top >= 0:
+            self.max_iteration = top
+        return hits
+
+    def _slow(self, block: str, hits: set[int]) -> None:
+        """``[step`` lines the fast regex did not read (other field order, a garbled value)."""
+        for start, line in self.lines_with(block, "[step "):
+            if start + line.find("[step ") in hits or "throughput=" not in line:
+                continue
+            rank, text = strip_tag(line)
+            where = f"line {self.line_no(block, start)}"
+            m = _STEP.search(text)
+            if not m:
+                self.fc.error(f"{where}: iteration line without a step number: {text[:120]!r}")
+                continue
+            step = int(m.group(1))
+            lm = _LATENCY.search(text)
+            if not lm:
+                self.fc.error(f"{where}: step {step} line has no 'latency=... ms/batch': {text[:120]!r}")
+                continue
+            lat = parse_float(lm.group(1))
+            if lat is None or lat <= 0:
+                self.fc.error(f"{where}: step {step} latency {lm.group(1)!r} is not a positive finite number")
+                continue
+            self.add(Sample(iteration=step, value=lat, unit="ms/iter", rank=rank))
+
+    def _namespace(self, line: str) -> None:
+        if self.fc.facts.args_source:  # every rank prints it: the first one is enough
+            return
+        keep = kv_args(line[line.index("Namespace("):], ("total_batch_size", "accumulate", "log_interval", "num_steps",
+                                                          "dtype", "no_compute_acc"))
+        f = self.fc.facts
+        if "total_batch_size" not in keep:
+            return
+        f.args.update(keep)
+        f.args_source = "gluon-nlp Namespace line"
+        f.global_batch = as_int(keep.get("total_batch_size"))
+        f.accumulation = as_int(keep.get("accumulate"))
+        f.stride = as_int(keep.get("log_interval")) or f.stride
+
+    def finish(self) -> None:
+        samples = self.samples
+        self.extra["lines_per_step"] = dict(Counter(map(attrgetter("iteration"), samples)))
+        self.extra["tagged"] = bool(self.fc._ranks)
+        # the last loss printed: scan from the end (most lines carry one), not the whole list
+        last = next((s.loss for s in reversed(samples) if s.loss is not None), None)
+        if last is not None:
+            self.fc.facts.final_loss = last
+
+
+_FAST = re.compile(r"\[step (\d+)\]\s*mlm_loss=\s*(\S+)\s+nsp_loss=\s*(\S+)\s+throughput=[^\n]*"
+                   r"latency=\s*(\S+)\s*ms/batch")
+
+
+MxnetBert.Stream = MxnetBertStream

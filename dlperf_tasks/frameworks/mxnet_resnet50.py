@@ -23,11 +23,14 @@ Launcher settings: ``workdir`` (/workspace/gluon-cv/scripts/classification/image
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Iterable, Mapping
+from itertools import repeat
+from typing import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
-from dlperf_tasks.frameworks._lines import FactCollector, fmt_list, parse_float, round2, split_lines, strip_tag
+from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2
+from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.frameworks.mxnet_bert import build_mpirun
 from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
@@ -78,39 +81,14 @@ class MxnetResnet50(Framework):
         return LaunchSpec(argv=argv, env=env,
                           workdir=L.text(settings, "workdir", "/workspace/gluon-cv/scripts/classification/imagenet"))
 
-    def parse(self, lines: Iterable[str]) -> ParsedLog:
-        fc = FactCollector()
-        samples: list[Sample] = []
-        for n, raw in enumerate(split_lines(lines), 1):
-            fc.line(raw)
-            tag_rank, text = strip_tag(raw)
-            if "Batch[" not in text:
-                continue
-            rm = _RANK.search(text)
-            if rm:
-                fc.rank(int(rm.group(1)) if tag_rank is None else tag_rank)
-                continue
-            if "Speed:" not in text:
-                continue
-            m = _SPEED.search(text)
-            if not m:
-                fc.error(f"line {n}: unreadable Speed line: {text[:120]!r}")
-                continue
-            epoch, batch = int(m.group(1)), int(m.group(2))
-            if epoch != 0:
-                continue  # DLPerf reads epoch 0 only
-            v = parse_float(m.group(3))
-            if v is None or v <= 0:
-                fc.error(f"line {n}: batch {batch} speed {m.group(3)!r} is not a positive finite number")
-                continue
-            fc.iteration(batch, tag_rank)
-            samples.append(Sample(iteration=batch, value=round(v, 2), unit="samples/s", rank=tag_rank))
-        return ParsedLog(samples=samples, facts=fc.finish())
-
     def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
         seen = {s.iteration for s in parsed.samples}
         if not seen:
             return ["no 'Epoch[0] Batch[N]\\tSpeed: X samples/sec' line in the log"]
+        bpd = parsed.facts.batch_per_device
+        if bpd is not None and bpd != cell.batch_size_per_device:
+            return [f"log's batch size per GPU is {bpd} (gluon-cv Namespace line), the cell's is "
+                    f"{cell.batch_size_per_device}"]
         need = range(1, window.total + 1)
         missing = [i for i in need if i not in seen]
         if missing:
@@ -121,11 +99,81 @@ class MxnetResnet50(Framework):
 
     def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
         by_batch: dict[int, float] = {}
-        for s in parsed.samples:
-            by_batch.setdefault(s.iteration, s.value)
+        for s in reversed(parsed.samples):  # the first line of a batch wins (DLPerf), without setdefault calls
+            by_batch[s.iteration] = s.value
         steps = range(window.warmup + 1, window.total + 1)
         missing = [i for i in steps if i not in by_batch]
         if missing:
             raise ValueError(f"mxnet_resnet50: batches {fmt_list(missing)} have no Speed line (run check() first)")
         vals = [by_batch[i] for i in steps]
         return TrialMetric(value=round2(sum(vals) / len(vals)))
+
+    plausible_max_per_gpu = 30000.0
+
+
+class MxnetResnet50Stream(LogStream):
+    """gluon-cv ``train_horovod.py`` log: ``Epoch[0] Batch[N]\\tSpeed: X samples/sec`` lines (rank 0),
+    ``Rank[r]`` lines, and the option Namespace line (``--batch-size``)."""
+
+    def scan(self, block: str) -> str:
+        parts = _FAST.split(block)  # [text, epoch, batch, speed, text, ...]
+        n = (len(parts) - 1) // 3
+        if n:
+            if "]<std" in block or not self._bulk(parts):  # mpirun --tag-output: ranks per line
+                self._each(block)
+            block = "".join(parts[0::4])  # the rest: the crash-marker scan skips well-formed Speed lines
+        if "Speed:" in block and "Batch[" in block:
+            for start, line in self.lines_with(block, "Speed:"):
+                if "Batch[" in line:
+                    self.fc.error(f"line near {self.line_no(block, start)}: unreadable Speed line: {line[:120]!r}")
+        rest = block
+        if "Rank[" in block:
+            parts = _RANK_LINE.split(block)
+            self.fc._ranks.update(map(int, parts[1::2]))
+            rest = "".join(parts[0::2])  # the crash-marker scan skips these well-formed lines
+        if "Namespace(" in block:
+            for _, line in self.lines_with(block, "Namespace("):
+                args = kv_args(line[line.index("Namespace("):], ("batch_size", "dtype", "log_interval"))
+                if "batch_size" in args:
+                    self.fc.facts.args.update({k: args[k] for k in ("batch_size", "dtype", "log_interval")
+                                               if k in args})
+                    self.fc.facts.args_source = "gluon-cv Namespace line"
+                    self.fc.facts.batch_per_device = as_int(args["batch_size"])
+        return rest
+
+    def _bulk(self, parts: list[str]) -> bool:
+        """Columns at C speed; False (nothing added) when a value needs the line-by-line path."""
+        epochs = parts[1::4]
+        try:
+            batches = list(map(int, parts[2::4]))
+            vals = list(map(float, parts[3::4]))
+        except ValueError:
+            return False
+        if epochs.count("0") != len(epochs) or not (min(vals) > 0 and sum(vals) < math.inf):
+            return False
+        n = len(batches)
+        self.samples.extend(map(Sample, batches, map(round, vals, repeat(2, n)), repeat("samples/s", n)))
+        self.fc._iters.update(batches)
+        top = max(batches)
+        if self.max_iteration is None or top > self.max_iteration:
+            self.max_iteration = top
+        return True
+
+    def _each(self, block: str) -> None:
+        for m in _FAST.finditer(block):
+            epoch, batch = int(m.group(1)), int(m.group(2))
+            if epoch != 0:
+                continue
+            v = parse_float(m.group(3))
+            if v is None or v <= 0:
+                self.fc.error(f"line {self.line_no(block, m.start())}: batch {batch} speed {m.group(3)!r} is not "
+                              "a positive finite number")
+                continue
+            start = block.rfind("\n", 0, m.start()) + 1
+            self.add(Sample(iteration=batch, value=round(v, 2), unit="samples/s", rank=self.rank_at(block, start)))
+
+
+_FAST = re.compile(r"Epoch\[(\d+)\] Batch\[(\d+)\]\s*Speed:\s*(\S+) samples/sec")
+_RANK_LINE = re.compile(r"Epoch\[\d+\] Rank\[(\d+)\] Batch\[\d+\][^\n]*")
+
+MxnetResnet50.Stream = MxnetResnet50Stream

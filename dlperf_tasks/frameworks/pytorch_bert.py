@@ -8,39 +8,71 @@ bars into the same file, so a DLL line may be glued after a bar fragment)::
 DLPerf rule (``extract_pytorch_logs_time.py``): count the ``Training Epoch:`` lines
 whose step is > 5 (steps 1-5 are skipped); take the timestamps of the ``warmup``-th
 and the ``warmup+measure``-th counted lines; speed = world x batch_per_device x
-measure / (t_end - t_start), rounded to 2 decimals. DLPerf's README invocation
+measure / (t_end - t_start), rounded to 2 decimals. dlperf counts **steps**, not lines
+(``_lines.step_window``: a log with ``log_freq`` 50 covers 50 steps a line), and a
+logged step is ``gradient_accumulation_steps`` micro-batches (read from the log's
+``PARAMETER Config`` line, where DLE prints ``train_batch_size`` already divided by the
+accumulation): samples per step = world x micro-batch x accumulation. DLE's own final
+``training_sequences_per_second`` is kept beside it (flagged beyond 2 %). DLPerf's README invocation
 ``--warmup_batches 20 --train_batches 120`` is ``Window(warmup=20, measure=100)``
 (start = 20th counted line = step 25, end = 120th = step 125); the script defaults
 20/110 are ``Window(20, 90)``. A log therefore needs ``5 + window.total`` steps;
-:meth:`launch` asks for ``window.total + 30`` (150 with the default window, as DLPerf).
+:meth:`launch` asks for ``window.total + 5`` optimizer steps (``max_iter``; 125 with the
+default window): every step is ``accumulation`` micro-batches, so each extra step is costly.
 
-Launching: one ``python3 -m torch.distributed.launch`` per node (launch_mode "per_node").
+Launching: one ``python3 -m torch.distributed.launch`` per node (launch_mode "per_node"), DLE's
+phase-1 flags as seed 001 ran them: ``--train_batch_size`` = batch per device x accumulation (DLE
+divides it by ``--gradient_accumulation_steps``), ``--allreduce_post_accumulation`` (+ ``_fp16``
+with AMP) when accumulating, the BERT-base config shipped by the catalog.
 
 Launcher settings: ``workdir`` (/workspace/examples/bert), ``script``
 (run_pretraining.py), ``python`` (python3), ``master_port`` (29500), ``data_dir``
-(input hdf5 dir), ``config_file`` (bert_config.json), ``output_dir``
-(results/checkpoints), ``learning_rate`` (6e-3), ``max_steps`` (window.total+30),
-``extra_args``, ``env``.
+(input hdf5 dir), ``bert_config`` (catalog data file put on the nodes, passed as
+``/dlperf/catalog/<file>`` or ``<node_files_dir>/<file>``), else ``config_file`` (a path; default
+the repository's bert_config.json = BERT-large), ``output_dir`` (results/checkpoints),
+``learning_rate`` (6e-3), ``warmup_proportion`` (0.2843), ``seed`` (42), ``max_iter`` (alias
+``max_steps``; window.total+5), ``gradient_accumulation_steps`` (when the cell has none; 1),
+``optimizer`` (lamb|adam: recorded, DLE has no flag), ``extra_args``, ``env``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
-from typing import Iterable, Mapping
+from itertools import repeat
+from operator import add, mul
+from typing import Mapping
 
+from dlperf_tasks.catalog.nodefiles import container_path
+from dlperf_tasks.errors import CatalogError
 from dlperf_tasks.frameworks import _launch as L
-from dlperf_tasks.frameworks._lines import FactCollector, round2, split_lines, strip_tag
+from dlperf_tasks.frameworks._lines import round2, step_window, window_problems
+from dlperf_tasks.frameworks._stream import LogStream, as_float, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 
-_DLL = re.compile(
-    r"DLL (\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.(\d{1,6}))? - "
-    r"Training Epoch: (\d+) Training Iteration: (\d+)\b")
 #: DLPerf skips steps 1..SKIP_STEPS
 SKIP_STEPS = 5
 DEFAULT_DATA = ("/workspace/bert/data/hdf5_lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15"
                 "_random_seed_12345_dupe_factor_5/wikicorpus_en/")
+
+
+def max_iter(cell: Cell, settings: Mapping) -> int:
+    """Optimizer steps of one trial (``--max_steps``; seed 001's ``max_iter``, which the Paddle
+    benchmark sibling scripts pass as the trainer's iteration count). Default: just enough for the
+    DLPerf rule (5 skipped steps + window), because every step is ``accumulation`` micro-batches."""
+    need = cell.window.total + SKIP_STEPS
+    default = settings.get("max_steps") if settings.get("max_steps") is not None else need
+    return L.integer(settings, "max_iter", default, minimum=need)
+
+
+def config_path(settings: Mapping, workdir: str) -> str:
+    """``--config_file``: the catalog's data file on the node (``bert_config``), else ``config_file``,
+    else the repository's ``bert_config.json`` (BERT-large at the pinned commit)."""
+    if settings.get("bert_config"):
+        return container_path(L.text(settings, "bert_config", ""), settings)
+    return L.text(settings, "config_file", workdir.rstrip("/") + "/bert_config.json")
 
 
 class PytorchBert(Framework):
@@ -56,7 +88,11 @@ class PytorchBert(Framework):
         L.check_nodes(nodes, node_rank, topo.nodes)
         settings = settings or {}
         workdir = L.text(settings, "workdir", "/workspace/examples/bert")
-        steps = L.integer(settings, "max_steps", cell.window.total + 30, minimum=cell.window.total + SKIP_STEPS)
+        acc = cell.accumulation if cell.accumulation is not None else L.integer(
+            settings, "gradient_accumulation_steps", 1)
+        steps = max_iter(cell, settings)
+        if L.text(settings, "optimizer", "lamb") not in ("lamb", "adam"):
+            raise CatalogError(f"launcher.optimizer must be lamb or adam, got {settings['optimizer']!r}")
         argv = [
             L.text(settings, "python", "python3"), "-m", "torch.distributed.launch",
             f"--nproc_per_node={topo.gpus_per_node}",
@@ -67,19 +103,26 @@ class PytorchBert(Framework):
             L.text(settings, "script", "run_pretraining.py"),
             f"--input_dir={L.text(settings, 'data_dir', DEFAULT_DATA)}",
             f"--output_dir={L.text(settings, 'output_dir', workdir.rstrip('/') + '/results/checkpoints')}",
-            f"--config_file={L.text(settings, 'config_file', workdir.rstrip('/') + '/bert_config.json')}",
+            f"--config_file={config_path(settings, workdir)}",
             "--bert_model=bert-base-uncased",
-            f"--train_batch_size={cell.batch_size_per_device}",
+            # DLE: --train_batch_size is the per-GPU batch of one optimizer step; the script divides it
+            # by the accumulation steps to get the micro-batch (= the cell's batch size per device)
+            f"--train_batch_size={cell.batch_size_per_device * acc}",
             "--max_seq_length=128",
             "--max_predictions_per_seq=20",
             f"--max_steps={steps}",
-            "--warmup_proportion=1",
-            "--num_steps_per_checkpoint=1000",
+            f"--warmup_proportion={L.text(settings, 'warmup_proportion', '0.2843')}",
+            f"--num_steps_per_checkpoint={max(1000, steps + 1)}",
             f"--learning_rate={L.text(settings, 'learning_rate', '6e-3')}",
-            "--seed=42",
+            f"--seed={L.integer(settings, 'seed', 42, 0)}",
+            f"--gradient_accumulation_steps={acc}",
         ]
         if cell.precision == "amp":
             argv.append("--fp16")
+        if acc > 1:  # DLE's phase-1 script: allreduce once per optimizer step, in fp16 with AMP
+            argv.append("--allreduce_post_accumulation")
+            if cell.precision == "amp":
+                argv.append("--allreduce_post_accumulation_fp16")
         argv += ["--do_train", "--json-summary", workdir.rstrip("/") + "/dllogger.json"]
         argv += L.str_list(settings, "extra_args")
         base_env = {"NCCL_DEBUG": "INFO"} if topo.nodes > 1 else {}
@@ -87,60 +130,231 @@ class PytorchBert(Framework):
             base_env["NCCL_SOCKET_IFNAME"] = nodes[node_rank].interface
         return LaunchSpec(argv=argv, env=L.env_from(settings, base_env), workdir=workdir)
 
-    def parse(self, lines: Iterable[str]) -> ParsedLog:
-        fc = FactCollector()
-        samples: list[Sample] = []
-        for n, raw in enumerate(split_lines(lines), 1):
-            fc.line(raw)
-            rank, text = strip_tag(raw)
-            if "Training Epoch: " not in text:
-                continue
-            m = _DLL.search(text)
-            if not m:
-                fc.error(f"line {n}: 'Training Epoch:' line without a readable DLL timestamp/step: {text[:120]!r}")
-                continue
-            y, mo, d, h, mi, s = (int(x) for x in m.group(1, 2, 3, 4, 5, 6))
-            frac = m.group(7) or "0"
-            try:
-                ts = _dt.datetime(y, mo, d, h, mi, s, int(frac.ljust(6, "0"))).replace(
-                    tzinfo=_dt.timezone.utc).timestamp()
-            except ValueError:
-                fc.error(f"line {n}: invalid timestamp in {text[:80]!r}")
-                continue
-            step = int(m.group(9))
-            fc.iteration(step, 0 if rank is None else rank)
-            samples.append(Sample(iteration=step, value=ts, unit="s", rank=rank, timestamp=ts))
-        return ParsedLog(samples=samples, facts=fc.finish())
+    def log_relpath(self, trial: Trial, node_rank: int = 0) -> str:
+        """The seeds' layout; cells with an accumulation parameter get ``_ga<N>`` before the trial
+        index (``bert-base-adam-training_b32_fp32_ga1_1.log``) so "no GradAcc" logs stay apart."""
+        path = super().log_relpath(trial, node_rank)
+        acc = trial.cell.accumulation
+        if acc is None:
+            return path
+        head, sep, tail = path.rpartition(f"_{trial.index}.")
+        return f"{head}_ga{acc}{sep}{tail}"
 
-    @staticmethod
-    def _counted(parsed: ParsedLog) -> list[Sample]:
-        """The lines DLPerf counts: file order, steps > 5."""
-        return [s for s in parsed.samples if s.iteration > SKIP_STEPS]
+    Stream = None  # set below (PytorchBertStream)
+    plausible_max_per_gpu = 20000.0
 
     def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
         if window.warmup < 1:
             return [f"window warmup must be >= 1 for the timestamp rule (got {window.warmup})"]
-        counted = self._counted(parsed)
         if not parsed.samples:
             return ["no 'DLL ... Training Epoch: E Training Iteration: N' line in the log"]
-        reasons = []
-        if len(counted) < window.total:
-            last = max(s.iteration for s in parsed.samples)
-            reasons.append(
-                f"only {len(counted)} of {window.total} iterations after the first {SKIP_STEPS} "
-                f"(last step seen {last}, need step {window.total + SKIP_STEPS})")
-            return reasons
-        start, end = counted[window.warmup - 1], counted[window.total - 1]
-        if end.value - start.value <= 0:
-            reasons.append(f"timestamps do not increase between step {start.iteration} and step {end.iteration}")
-        return reasons
+        reasons = args_vs_cell(parsed.facts, cell)
+        return reasons + window_problems(parsed.samples, parsed.facts.stride, window, SKIP_STEPS,
+                                         after=f" after the first {SKIP_STEPS} steps")
 
     def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
-        counted = self._counted(parsed)
-        if len(counted) < window.total or window.warmup < 1:
-            raise ValueError(f"pytorch_bert: only {len(counted)} counted steps, need {window.total} (run check() first)")
-        dt = counted[window.total - 1].value - counted[window.warmup - 1].value
+        if window.warmup < 1:
+            raise ValueError("pytorch_bert: window warmup must be >= 1 (run check() first)")
+        start, end = step_window(parsed.samples, parsed.facts.stride, window.warmup, window.total, SKIP_STEPS)
+        if start is None:
+            raise ValueError(f"pytorch_bert: the log stops before step {end} (run check() first)")
+        dt = end.value - start.value
         if dt <= 0:
             raise ValueError("pytorch_bert: non-increasing timestamps (run check() first)")
-        world = cell.topology.world_size
-        return TrialMetric(value=round2(world * cell.batch_size_per_device * window.measure / dt))
+        per_step = samples_per_step(parsed.facts, cell)
+        value = round2(per_step * (end.iteration - start.iteration) / dt)
+        return TrialMetric(value=value, details=framework_figure_details(parsed.facts, value, per_step))
+
+
+def cell_accumulation(cell: Cell) -> int | None:
+    """The cell's gradient accumulation steps (catalog field), None when the cell does not say."""
+    acc = getattr(cell, "gradient_accumulation_steps", None)
+    return int(acc) if acc else None
+
+
+def samples_per_step(facts, cell: Cell) -> int:
+    """Samples per logged (optimizer) step over all GPUs: world x micro-batch x accumulation."""
+    acc = facts.accumulation or cell_accumulation(cell) or 1
+    return cell.topology.world_size * cell.batch_size_per_device * acc
+
+
+def args_vs_cell(facts, cell: Cell) -> list[str]:
+    """Reasons where the run's own arguments (read from the log) disagree with the cell."""
+    out = []
+    src = f" ({facts.args_source})" if facts.args_source else ""
+    if facts.batch_per_device is not None and facts.batch_per_device != cell.batch_size_per_device:
+        out.append(f"log's batch size per GPU is {facts.batch_per_device}{src}, the cell's is "
+                   f"{cell.batch_size_per_device}")
+    acc = cell_accumulation(cell)
+    if facts.accumulation is not None and acc is not None and facts.accumulation != acc:
+        out.append(f"log's gradient accumulation is {facts.accumulation}{src}, the cell's is {acc}")
+    if facts.world_size is not None and facts.world_size != cell.topology.world_size:
+        out.append(f"log's world size is {facts.world_size}{src}, the cell's is "
+                   f"{cell.topology.world_size} ({cell.topology.name})")
+    return out
+
+
+def framework_figure_details(facts, value: float, per_step: int) -> dict:
+    """The framework's own throughput figure next to dlperf's, flagged beyond 2 %."""
+    details: dict = {"samples_per_step": per_step}
+    if facts.final_loss is not None:
+        details["final_loss"] = facts.final_loss
+    fig = facts.framework_figure
+    if fig is not None and value > 0:
+        diff = (fig - value) / value
+        details.update(framework_figure=fig, framework_figure_name=facts.framework_figure_name,
+                       framework_disagreement=round(diff, 4))
+        if abs(diff) > DISAGREE:
+            details["flags"] = [f"{facts.framework_figure_name} = {fig:.2f} differs from dlperf's "
+                                f"{value:.2f} by {diff * 100:+.1f}% (> {DISAGREE * 100:.0f}%)"]
+    return details
+
+
+#: a framework's own throughput figure further than this from dlperf's is flagged
+DISAGREE = 0.02
+
+
+class PytorchBertStream(LogStream):
+    """DLE ``run_pretraining.py`` log: DLL step lines, the Config/PARAMETER lines, the final summary."""
+
+    def scan(self, block: str) -> str:
+        parts = _DLL_FAST.split(block)  # [text, 11 groups, text, 11 groups, ...]: columns at C speed
+        n = (len(parts) - 1) // 12
+        if n and not self._bulk(parts):  # rows (tuples) only when the columns need a closer look
+            self._steps(list(zip(*(parts[i::12] for i in range(1, 12)))))
+        if n != block.count("Training Epoch: "):
+            self._slow(block)
+        if "PARAMETER" in block:
+            for _, line in self.lines_with(block, "PARAMETER"):
+                self._parameter(line)
+        if "training_sequences_per_second" in block:
+            for _, line in self.lines_with(block, "training_sequences_per_second"):
+                self._summary(line)
+        for marker in ("torch.distributed.launch", "torchrun"):
+            if marker in block:
+                for _, line in self.lines_with(block, marker):
+                    self._launcher(line)
+        # tqdm's progress bars are most of such a log: the crash-marker scan skips them (not what glues after)
+        rest = "".join(parts[0::12]) if n else block
+        return _TQDM.sub("", rest) if "Iteration:" in rest else rest
+
+    def _summary(self, line: str) -> None:
+        m = _SUMMARY.search(line)
+        v = as_float(m.group(1)) if m else None
+        if v is not None:
+            self.fc.facts.framework_figure = v
+            self.fc.facts.framework_figure_name = "DLE training_sequences_per_second"
+        fm = _FINAL_LOSS.search(line)
+        if fm:
+            self.fc.facts.final_loss = self.loss(self.max_iteration or 0, "final_loss", fm.group(1))
+
+    def _bulk(self, parts: list[str]) -> bool:
+        """All step lines of the block on one date with a numeric loss: whole columns through
+        ``map`` (C speed). False: let :meth:`_steps` go row by row (and name what is wrong)."""
+        dates = set(zip(parts[1::12], parts[2::12], parts[3::12]))
+        if len(dates) != 1:
+            return False
+        try:
+            day = _day_seconds(*dates.pop())
+            steps = list(map(int, parts[9::12]))
+            losses = list(map(float, parts[11::12]))
+            secs = map(add, map(mul, map(int, parts[4::12]), repeat(3600)), map(mul, map(int, parts[5::12]), repeat(60)))
+            secs = map(add, secs, map(int, parts[6::12]))
+            ts = list(map(add, map(add, secs, map(float, map("0.".__add__, parts[7::12]))), repeat(day)))
+        except ValueError:
+            return False
+        if not -math.inf < sum(losses) < math.inf:
+            return False
+        n = len(steps)
+        self.samples.extend(map(Sample, steps, ts, repeat("s", n), repeat(0, n), ts, repeat(None, n), losses))
+        self.fc._iters.update(steps)
+        self.fc._ranks.add(0)
+        self.fc.facts.final_loss = losses[-1]
+        top = max(steps)
+        if self.max_iteration is None or top > self.max_iteration:
+            self.max_iteration = top
+        return True
+
+    def _steps(self, rows: list[tuple]) -> None:
+        """One Sample per DLL step line (timestamp in seconds; the first loss the line prints)."""
+        samples, iters = self.samples, self.fc._iters
+        top = self.max_iteration if self.max_iteration is not None else -1
+        days = _DAYS
+        for y, mo, d, h, mi, sec, frac, _epoch, step_s, name, loss_s in rows:
+            day = days.get((y, mo, d))
+            if day is None:
+                try:
+                    day = _day_seconds(y, mo, d)
+                except ValueError:
+                    self.fc.error(f"invalid date {y}-{mo}-{d} in a DLL line")
+                    continue
+            ts = day + int(h) * 3600 + int(mi) * 60 + int(sec) + (float("0." + frac) if frac else 0.0)
+            step = int(step_s)
+            loss = None
+            if name:
+                loss = float(loss_s) if _NUM.match(loss_s) else self.loss(step, name, loss_s)
+                self.fc.facts.final_loss = loss  # the last loss printed (final_loss at the last step)
+            samples.append(Sample(step, ts, "s", 0, ts, None, loss))
+            iters.add(step)
+            if step > top:
+                top = step
+        self.fc._ranks.add(0)
+        if top >= 0:
+            self.max_iteration = top
+
+    def _slow(self, block: str) -> None:
+        """Lines with 'Training Epoch: ' that the fast regex did not read: parse errors."""
+        for start, line in self.lines_with(block, "Training Epoch: "):
+            if not _DLL_FAST.search(line):
+                self.fc.error(f"line {self.line_no(block, start)}: 'Training Epoch:' line without a readable "
+                              f"DLL timestamp/step: {line[:120]!r}")
+
+    def _parameter(self, line: str) -> None:
+        f = self.fc.facts
+        if "Config" in line and "Namespace(" in line:
+            args = kv_args(line[line.index("Namespace("):], ("train_batch_size", "gradient_accumulation_steps",
+                                                              "log_freq", "max_steps", "bert_model", "config_file"))
+            keep = dict(args)
+            f.args.update(keep)
+            f.args_source = "DLE PARAMETER Config line"
+            # DLE logs Config after setup_training() divided train_batch_size by the accumulation
+            f.batch_per_device = as_int(args.get("train_batch_size"))
+            f.accumulation = as_int(args.get("gradient_accumulation_steps"))
+            freq = as_int(args.get("log_freq"))
+            if freq:
+                f.stride = freq
+        m = _BATCH_PER_GPU.search(line)
+        if m and f.batch_per_device is None:
+            f.batch_per_device = int(m.group(1))
+            f.args_source = f.args_source or "DLE PARAMETER batch_size_per_gpu line"
+
+    def _launcher(self, line: str) -> None:
+        nproc, nnodes = _NPROC.search(line), _NNODES.search(line)
+        if nproc:
+            self.fc.facts.world_size = int(nproc.group(1)) * (int(nnodes.group(1)) if nnodes else 1)
+            self.fc.facts.args["launcher"] = "torch.distributed.launch"
+
+
+_DLL_FAST = re.compile(
+    r"DLL (\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.(\d{1,6}))? - "
+    r"Training Epoch: (\d+) Training Iteration: (\d+)\b[ \t]*(?:(average_loss|final_loss|step_loss) : (\S+))?")
+#: a plain finite decimal (anything else: nan, inf, garbage goes through LogStream.loss)
+_NUM = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\Z")
+_TQDM = re.compile(r"Iteration:\s*\d+%\|[^|\n]*\|[^\[\n]*\[[^\]\n]*\]")
+_FINAL_LOSS = re.compile(r"\bfinal_loss : (\S+)")
+_SUMMARY = re.compile(r"training_sequences_per_second : (\S+)")
+_BATCH_PER_GPU = re.compile(r"PARAMETER batch_size_per_gpu : (\d+)")
+_NPROC = re.compile(r"--nproc[_-]per[_-]node[= ](\d+)")
+_NNODES = re.compile(r"--nnodes[= ](\d+)")
+_DAYS: dict[tuple[str, str, str], float] = {}
+
+
+def _day_seconds(y: str, mo: str, d: str) -> float:
+    """Seconds since the epoch at 00:00 UTC of the date (cached per date string triple)."""
+    v = _DAYS.get((y, mo, d))
+    if v is None:
+        v = _DAYS[(y, mo, d)] = float(_dt.datetime(int(y), int(mo), int(d), tzinfo=_dt.timezone.utc).timestamp())
+    return v
+
+
+PytorchBert.Stream = PytorchBertStream

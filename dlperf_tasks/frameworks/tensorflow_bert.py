@@ -17,17 +17,23 @@ DLPerf's patched multi-worker flags (``--worker_hosts``/``--task_index``) on sev
 Launcher settings: ``workdir`` (/workspace/models/official/nlp/bert), ``script``
 (run_pretraining.py), ``python`` (python3), ``worker_port`` (11111, the port in
 ``--worker_hosts``), ``data_dir`` (/datasets/bert/wiki, ``*.tfrecord`` inside),
-``bert_config_file``, ``model_dir`` (../output), ``models_root`` (/workspace/models,
+``bert_config`` (a catalog data file put on the nodes, see catalog/nodefiles.py; else
+``bert_config_file``, a path in the container), ``model_dir`` (../output), ``models_root`` (/workspace/models,
 put on PYTHONPATH), ``extra_args``, ``env``.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Iterable, Mapping
+from itertools import repeat
+from operator import add, mul
+from typing import Mapping
 
+from dlperf_tasks.catalog.nodefiles import container_path
 from dlperf_tasks.frameworks import _launch as L
-from dlperf_tasks.frameworks._lines import FactCollector, round2, split_lines, strip_tag
+from dlperf_tasks.frameworks._lines import round2, step_window, strip_tag, window_problems
+from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 
@@ -69,8 +75,9 @@ class TensorflowBert(Framework):
             f"--dtype={'fp16' if cell.precision == 'amp' else 'fp32'}",
             f"--enable_xla={'true' if cell.xla else 'false'}",
             f"--model_dir={L.text(settings, 'model_dir', '../output')}",
-            "--bert_config_file=" + L.text(settings, "bert_config_file",
-                                           "/datasets/bert/uncased_L-12_H-768_A-12/bert_config.json"),
+            "--bert_config_file=" + (
+                container_path(L.text(settings, "bert_config", ""), settings) if settings.get("bert_config")
+                else L.text(settings, "bert_config_file", "/datasets/bert/uncased_L-12_H-768_A-12/bert_config.json")),
         ]
         if topo.nodes > 1:
             port = L.integer(settings, "worker_port", 11111, 1, 65535)
@@ -93,64 +100,190 @@ class TensorflowBert(Framework):
         return LaunchSpec(argv=argv, env=L.env_from(settings, env),
                           workdir=L.text(settings, "workdir", models_root.rstrip("/") + "/official/nlp/bert"))
 
-    def parse(self, lines: Iterable[str]) -> ParsedLog:
-        fc = FactCollector()
-        samples: list[Sample] = []
-        prev: float | None = None
-        day_offset = 0.0
-        for n, raw in enumerate(split_lines(lines), 1):
-            fc.line(raw)
-            rank, text = strip_tag(raw)
-            if "Train Step:" not in text:
-                continue
-            sm = _STEP.search(text)
-            if not sm:
-                fc.error(f"line {n}: unreadable 'Train Step:' line: {text[:120]!r}")
-                continue
-            am = _ABSL.match(text.lstrip())
-            if am:
-                mo, d, h, mi, s = (int(x) for x in am.group(1, 2, 3, 4, 5))
-                frac = am.group(6)
-                if not (1 <= mo <= 12):
-                    fc.error(f"line {n}: bad month in absl prefix {text[:20]!r}")
-                    continue
-                t = (_DAYS_BEFORE[mo - 1] + d) * 86400.0 + h * 3600 + mi * 60 + s + int(frac.ljust(6, "0")) / 1e6
-            else:
-                cm = _CLOCK.search(text)
-                if not cm:
-                    fc.error(f"line {n}: 'Train Step:' line without a time stamp: {text[:120]!r}")
-                    continue
-                h, mi, s = (int(x) for x in cm.group(1, 2, 3))
-                t = h * 3600 + mi * 60 + s + int(cm.group(4).ljust(6, "0")) / 1e6 + day_offset
-                if prev is not None and t < prev:  # clock wrapped at midnight
-                    day_offset += 86400.0
-                    t += 86400.0
-            prev = t
-            step = int(sm.group(1))
-            fc.iteration(step, rank)
-            samples.append(Sample(iteration=step, value=t, unit="s", rank=rank, timestamp=t))
-        return ParsedLog(samples=samples, facts=fc.finish())
+    plausible_max_per_gpu = 20000.0
 
     def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
         if window.warmup < 1:
             return [f"window warmup must be >= 1 for the timestamp rule (got {window.warmup})"]
         if not parsed.samples:
             return ["no 'Train Step: N/M' line in the log"]
-        n = len(parsed.samples)
-        if n < window.total:
-            last = parsed.samples[-1].iteration
-            return [f"only {n} of {window.total} iterations (last 'Train Step' seen {last})"]
-        a, b = parsed.samples[window.warmup - 1], parsed.samples[window.total - 1]
-        if b.value - a.value <= 0:
-            return [f"timestamps do not increase between Train Step {a.iteration} and {b.iteration}"]
-        return []
+        reasons = self.args_problems(parsed.facts, cell)
+        return reasons + window_problems(parsed.samples, parsed.facts.stride, window, label="'Train Step'")
+
+    @staticmethod
+    def args_problems(facts, cell: Cell) -> list[str]:
+        want = cell.batch_size_per_device * cell.topology.world_size
+        out = []
+        if facts.global_batch is not None and facts.global_batch != want:
+            out.append(f"log's --train_batch_size is {facts.global_batch} ({facts.args_source}), the cell's "
+                       f"global batch is {want} ({cell.batch_size_per_device} x {cell.topology.world_size} GPUs)")
+        if facts.world_size is not None and facts.world_size != cell.topology.world_size:
+            out.append(f"log's world size is {facts.world_size} ({facts.args_source}), the cell's is "
+                       f"{cell.topology.world_size} ({cell.topology.name})")
+        return out
 
     def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
-        if len(parsed.samples) < window.total or window.warmup < 1:
-            raise ValueError(f"tensorflow_bert: only {len(parsed.samples)} 'Train Step' lines, "
-                             f"need {window.total} (run check() first)")
-        dt = parsed.samples[window.total - 1].value - parsed.samples[window.warmup - 1].value
+        if window.warmup < 1:
+            raise ValueError("tensorflow_bert: window warmup must be >= 1 (run check() first)")
+        start, end = step_window(parsed.samples, parsed.facts.stride, window.warmup, window.total)
+        if start is None:
+            raise ValueError(f"tensorflow_bert: the log stops before step {end} (run check() first)")
+        dt = end.value - start.value
         if dt <= 0:
             raise ValueError("tensorflow_bert: non-increasing timestamps (run check() first)")
         world = cell.topology.world_size
-        return TrialMetric(value=round2(world * cell.batch_size_per_device * window.measure / dt))
+        value = round2(world * cell.batch_size_per_device * (end.iteration - start.iteration) / dt)
+        details = {"final_loss": parsed.facts.final_loss} if parsed.facts.final_loss is not None else {}
+        return TrialMetric(value=value, details=details)
+
+
+class TensorflowBertStream(LogStream):
+    """tensorflow/models BERT log: absl ``Train Step: N/M`` lines; the flags of a launcher trace line."""
+
+    def __init__(self, max_lines: int | None = None) -> None:
+        super().__init__(max_lines=max_lines)
+        self._prev: float | None = None
+        self._day_offset = 0.0
+
+    def scan(self, block: str) -> str:
+        rest = block
+        if "Train Step:" in block:
+            parts = _ABSL_STEP.split("\n" + block)
+            if len(parts) // 10 == block.count("Train Step:") and not self._day_offset:
+                if not self._columns(parts):
+                    self._bulk(list(zip(*(parts[i::10] for i in range(1, 10)))))
+                rest = "".join(parts[0::10])  # the crash-marker scan skips well-formed step lines
+            else:
+                for start, line in self.lines_with(block, "Train Step:"):
+                    self._step(block, start, line)
+        if "--train_batch_size=" in block:
+            for _, line in self.lines_with(block, "--train_batch_size="):
+                self._flags(line)
+        return rest
+
+    def _columns(self, parts: list) -> bool:
+        """Untagged step lines of one day, numeric losses: columns through ``map`` at C speed.
+        False: :meth:`_bulk` goes row by row (and names what is wrong)."""
+        ranks, months, days, losses_s = parts[1::10], parts[2::10], parts[3::10], parts[9::10]
+        if ranks.count(None) != len(ranks) or None in losses_s or len(set(zip(months, days))) != 1:
+            return False
+        m = int(months[0])
+        if not 1 <= m <= 12:
+            return False
+        day = (_DAYS_BEFORE[m - 1] + int(days[0])) * 86400.0
+        try:
+            secs = map(add, map(add, map(mul, map(int, parts[4::10]), repeat(3600)),
+                                map(mul, map(int, parts[5::10]), repeat(60))), map(int, parts[6::10]))
+            ts = list(map(add, map(add, repeat(day), secs), map(float, map("0.".__add__, parts[7::10]))))
+            steps = list(map(int, parts[8::10]))
+            losses = list(map(float, losses_s))
+        except ValueError:
+            return False
+        if not -math.inf < sum(losses) < math.inf or (self._prev is not None and ts[0] < self._prev):
+            return False
+        n = len(steps)
+        self.samples.extend(map(Sample, steps, ts, repeat("s", n), repeat(None, n), ts, repeat(None, n), losses))
+        self.fc._iters.update(steps)
+        self.fc.facts.final_loss = losses[-1]
+        self._prev = ts[-1]
+        top = max(steps)
+        if self.max_iteration is None or top > self.max_iteration:
+            self.max_iteration = top
+        return True
+
+    def _bulk(self, rows: list[tuple]) -> None:
+        """Every step line has an absl prefix: no per-line regex work beyond one ``findall``."""
+        samples, iters, ranks = self.samples, self.fc._iters, self.fc._ranks
+        top = self.max_iteration if self.max_iteration is not None else -1
+        t = self._prev
+        for rank_s, mo, d, h, mi, sec, frac, step_s, loss_s in rows:
+            m = int(mo)
+            if not 1 <= m <= 12:
+                self.fc.error(f"bad month {mo} in an absl prefix")
+                continue
+            t = ((_DAYS_BEFORE[m - 1] + int(d)) * 86400.0 + int(h) * 3600 + int(mi) * 60 + int(sec)
+                 + float("0." + frac))
+            step = int(step_s)
+            rank = int(rank_s) if rank_s else None
+            loss = None
+            if loss_s:
+                loss = float(loss_s) if _NUM.match(loss_s) else self.loss(step, "loss", loss_s)
+                self.fc.facts.final_loss = loss
+            samples.append(Sample(step, t, "s", rank, t, None, loss))
+            iters.add(step)
+            if rank is not None:
+                ranks.add(rank)
+            if step > top:
+                top = step
+        self._prev = t
+        if top >= 0:
+            self.max_iteration = top
+
+    def _step(self, block: str, start: int, raw: str) -> None:
+        rank, text = strip_tag(raw)
+        where = _Where(self, block, start)
+        sm = _STEP.search(text)
+        if not sm:
+            self.fc.error(f"{where}: unreadable 'Train Step:' line: {text[:120]!r}")
+            return
+        am = _ABSL.match(text.lstrip())
+        if am:
+            mo, d, h, mi, s = (int(x) for x in am.group(1, 2, 3, 4, 5))
+            if not (1 <= mo <= 12):
+                self.fc.error(f"{where}: bad month in absl prefix {text[:20]!r}")
+                return
+            t = (_DAYS_BEFORE[mo - 1] + d) * 86400.0 + h * 3600 + mi * 60 + s + int(am.group(6).ljust(6, "0")) / 1e6
+        else:
+            cm = _CLOCK.search(text)
+            if not cm:
+                self.fc.error(f"{where}: 'Train Step:' line without a time stamp: {text[:120]!r}")
+                return
+            h, mi, s = (int(x) for x in cm.group(1, 2, 3))
+            t = h * 3600 + mi * 60 + s + int(cm.group(4).ljust(6, "0")) / 1e6 + self._day_offset
+            if self._prev is not None and t < self._prev:  # clock wrapped at midnight
+                self._day_offset += 86400.0
+                t += 86400.0
+        self._prev = t
+        step = int(sm.group(1))
+        loss = None
+        lm = _TF_LOSS.search(text)
+        if lm:
+            loss = self.loss(step, "loss", lm.group(1))
+            self.fc.facts.final_loss = loss
+        self.add(Sample(iteration=step, value=t, unit="s", rank=rank, timestamp=t, loss=loss))
+
+    def _flags(self, line: str) -> None:
+        if "run_pretraining" not in line:
+            return
+        args = kv_args(line)
+        f = self.fc.facts
+        f.args.update({k: args[k] for k in ("train_batch_size", "num_gpus", "worker_hosts", "dtype",
+                                            "enable_xla") if k in args})
+        f.args_source = "flags of the run_pretraining.py command line in the log"
+        f.global_batch = as_int(args.get("train_batch_size"))
+        gpus = as_int(args.get("num_gpus"))
+        if gpus:
+            hosts = args.get("worker_hosts")
+            f.world_size = gpus * (len(hosts.split(",")) if hosts else 1)
+
+
+_ABSL_STEP = re.compile(
+    r"\n(?:\[\d+,(\d+)\]<\w+>:)?[ \t]*[IWEF](\d\d)(\d\d) (\d{1,2}):(\d{1,2}):(\d{1,2})\.(\d{1,6})\b[^\n]*?"
+    r"Train Step:\s*(\d+)\s*/\s*\d+(?:\s*/\s*loss\s*=\s*(\S+))?")
+_NUM = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\Z")
+
+
+class _Where:
+    """``f"{where}"`` -> "line N", computed only when an error message is built."""
+
+    def __init__(self, stream, block: str, pos: int) -> None:
+        self.args = (stream, block, pos)
+
+    def __str__(self) -> str:
+        stream, block, pos = self.args
+        return f"line {stream.line_no(block, pos)}"
+
+
+_TF_LOSS = re.compile(r"Train Step:\s*\d+\s*/\s*\d+\s*/\s*loss\s*=\s*(\S+)")
+
+TensorflowBert.Stream = TensorflowBertStream

@@ -1,7 +1,9 @@
 """The regression check of the publish step: read history, detect, record, notify.
 
 ``check_run(store, run_id)`` reads the run's result JSON and its suite's index (one read),
-runs :func:`dlperf_tasks.history.regress.detect`, then
+runs :func:`dlperf_tasks.history.regress.detect` and the loss sanity check
+(:mod:`dlperf_tasks.history.loss`: a cell whose final loss is outside its history's band is a
+finding of kind ``loss``, status "fast but wrong?"), then
 
 - records the report as the run's ``regressions`` annotation (store.annotate_run) and a badge in the suite
   index row (``record=True``; see :func:`record_report`),
@@ -73,19 +75,34 @@ def read_recorded(store: Any, run_id: str, manifest: dict | None = None) -> dict
     return (manifest or {}).get(MANIFEST_KEY)
 
 
+def add_loss_verdicts(report: RegressionReport, result: dict, rows: list[dict]) -> None:
+    """The loss sanity verdicts (history/loss.py): out of band = a finding "fast but wrong?"."""
+    from dlperf_tasks.history.loss import FLAG, loss_verdicts
+
+    found = loss_verdicts(result, rows)
+    report.verdicts.extend(found)
+    report.findings.extend(v for v in found if v.status == FLAG)
+    report.findings.sort(key=lambda v: (v.kind, v.cell_id))
+
+
 def check_run(store: Any, run_id: str, config: RegressConfig | None = None, *, record: bool = True,
               notify_target: str | None = None, notify_default: bool = True,
               log: logging.Logger | None = _log) -> RegressionReport:
     result = store.read_result(run_id)
     current = RunView.from_result(result)
-    history = [RunView.from_summary(s) for s in store.list_runs(suite=current.suite)]
-    report = detect(current, history, config)
+    rows = store.list_runs(suite=current.suite)
+    report = detect(current, [RunView.from_summary(s) for s in rows], config)
+    add_loss_verdicts(report, result, rows)
     if log is not None:
         for line in report.summary_lines():
             (log.warning if report.findings else log.info)(line)
     if record:
         record_report(store, run_id, report)
     target = notify_target if notify_target is not None else (None if notify_default else "")
+    from dlperf_tasks.history.confirm import notify_only_confirmed
+
+    if notify_only_confirmed():  # DLPERF_NOTIFY_ON=confirmed: only A/B-confirmed findings are sent (confirm.py)
+        target = ""
     try:
         sent = notify(report.to_dict(), target)
         if sent and log is not None:

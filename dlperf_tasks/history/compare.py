@@ -1,19 +1,21 @@
-"""Compare two runs cell by cell: both medians, delta %, and whether the difference is
-beyond the cells' noise.
+"""Compare two runs cell by cell: both medians, the change B vs A with its interval, the
+smallest change the trial counts can detect, and a verdict that says when the data cannot decide.
 
-"Beyond noise" for one cell: a two-sided Mann-Whitney U test of the two runs' trial speeds
-gives ``p < alpha`` AND the medians differ by more than ``k`` times the combined
-standard error of the two medians (from each run's MAD of trials, so a single outlier trial
-does not decide). Cells with fewer than 2 valid trials on a side cannot be judged (``None``).
+The noise model of each cell is its history (the suite's earlier runs holding that cell,
+:func:`dlperf_tasks.history.interval.noise_from_history`), so 3 trials against 3 can show a
+change a rank test never could; without enough history the two runs' own trials are used
+(wider interval, noted in ``noise_source``). Verdicts per cell: ``faster`` / ``slower`` (the
+interval excludes 0), ``same`` (the interval lies within +- ``tolerance``), ``undecided``
+(it holds 0 but reaches past the tolerance: more trials are needed, see ``mde_pct``),
+``only_in_a`` / ``only_in_b``, ``n/a`` (no noise estimate at all: one trial and no history).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Iterable
 
-from dlperf_tasks.history.robust import mad, mann_whitney_u
+from dlperf_tasks.history.interval import median_diff_interval, noise_from_history, noise_from_pair
 from dlperf_tasks.history.runs import RunView, env_diff
 
 
@@ -28,21 +30,28 @@ class CellComparison:
     speedup_b: float | None
     n_a: int
     n_b: int
-    p_value: float | None
-    beyond_noise: bool | None  # None: not enough trials to judge
-    verdict: str  # faster | slower | same | only_in_a | only_in_b | n/a
+    ci_pct: list[float] | None  # interval of delta_pct at 1 - alpha
+    mde_pct: float | None  # smallest change these trial counts detect (80 % power)
+    noise_source: str | None
+    beyond_noise: bool | None  # None: cannot be judged
+    verdict: str  # faster | slower | same | undecided | only_in_a | only_in_b | n/a
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("delta_pct",):
-            if d[k] is not None:
-                d[k] = round(d[k], 3)
-        if d["p_value"] is not None:
-            d["p_value"] = float(f"{d['p_value']:.3g}")
+        if d["delta_pct"] is not None:
+            d["delta_pct"] = round(d["delta_pct"], 3)
         return d
 
 
-def compare_cells(a: RunView, b: RunView, alpha: float = 0.05, k: float = 2.0) -> list[CellComparison]:
+def history_noise(history: Iterable[RunView], cell_id: str, exclude: set[str]):
+    runs = [list(r.cells[cell_id].values) for r in history
+            if r.valid and r.run_id not in exclude and cell_id in r.cells]
+    return noise_from_history(runs)
+
+
+def compare_cells(a: RunView, b: RunView, history: Iterable[RunView] = (), alpha: float = 0.05,
+                  tolerance: float = 0.03) -> list[CellComparison]:
+    history = list(history)
     out = []
     for cid in sorted(set(a.cells) | set(b.cells)):
         ca, cb = a.cells.get(cid), b.cells.get(cid)
@@ -50,34 +59,32 @@ def compare_cells(a: RunView, b: RunView, alpha: float = 0.05, k: float = 2.0) -
         if ca is None or cb is None:
             out.append(CellComparison(cid, unit, ca and ca.median, cb and cb.median, None,
                                       ca and ca.speedup, cb and cb.speedup, len(ca.values) if ca else 0,
-                                      len(cb.values) if cb else 0, None, None,
+                                      len(cb.values) if cb else 0, None, None, None, None,
                                       "only_in_a" if cb is None else "only_in_b"))
             continue
         delta = None
         if ca.median and cb.median is not None:
             delta = 100.0 * (cb.median - ca.median) / ca.median
-        p = beyond = None
-        verdict = "n/a"
-        if len(ca.values) >= 2 and len(cb.values) >= 2 and ca.median and cb.median:
-            _, p = mann_whitney_u(list(cb.values), list(ca.values), "two-sided")
-            se = math.hypot(mad(list(ca.values)) * 1.2533 / math.sqrt(len(ca.values)),
-                            mad(list(cb.values)) * 1.2533 / math.sqrt(len(cb.values)))
-            diff = abs(cb.median - ca.median)
-            beyond = bool(p < alpha and diff > k * se)
-            if not beyond:
-                verdict = "same"
-            else:
-                better = (cb.median > ca.median) == ca.higher_is_better
-                verdict = "faster" if better else "slower"
+        noise = history_noise(history, cid, {a.run_id, b.run_id}) or noise_from_pair(ca.values, cb.values)
+        iv = median_diff_interval(list(ca.values), list(cb.values), noise, alpha=alpha, tolerance=tolerance,
+                                  higher_is_better=ca.higher_is_better)
+        if iv is None:
+            out.append(CellComparison(cid, unit, ca.median, cb.median, delta, ca.speedup, cb.speedup,
+                                      len(ca.values), len(cb.values), None, None, None, None, "n/a"))
+            continue
+        d = iv.to_dict()
         out.append(CellComparison(cid, unit, ca.median, cb.median, delta, ca.speedup, cb.speedup,
-                                  len(ca.values), len(cb.values), p, beyond, verdict))
+                                  len(ca.values), len(cb.values), d["ci_pct"], d["mde_pct"], d["noise_source"],
+                                  iv.verdict in ("faster", "slower"), iv.verdict))
     return out
 
 
-def compare_runs(a: RunView, b: RunView, alpha: float = 0.05, k: float = 2.0) -> dict[str, Any]:
-    """The whole comparison as a JSON-able dict (cells + environment diff)."""
-    return {
-        "run_a": a.run_id, "run_b": b.run_id,
-        "cells": [c.to_dict() for c in compare_cells(a, b, alpha, k)],
-        "env_diff": env_diff(a.env, b.env),
-    }
+def compare_runs(a: RunView, b: RunView, history: Iterable[RunView] = (), alpha: float = 0.05,
+                 tolerance: float = 0.03) -> dict[str, Any]:
+    """The whole comparison as a JSON-able dict (cells + environment diff + counts)."""
+    cells = [c.to_dict() for c in compare_cells(a, b, history, alpha, tolerance)]
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
+    return {"run_a": a.run_id, "run_b": b.run_id, "alpha": alpha, "tolerance_pct": 100.0 * tolerance,
+            "cells": cells, "verdicts": counts, "env_diff": env_diff(a.env, b.env)}

@@ -22,6 +22,12 @@ A cell whose history is itself noisy (robust CV of the baseline run medians abov
 ``noisy_cv``, default 5 %) and that shows a drop of at least ``min_effect`` is reported as
 **noisy** instead of flagged. Fewer than ``min_history`` baseline runs: **insufficient_history**.
 
+Every verdict also carries ``ci_pct`` (95 % interval of the change, the cell's history being
+the noise model: :mod:`dlperf_tasks.history.interval`) and ``mde_pct`` (the drop these trial
+counts detect with 80 % power at ``alpha``). A cell that was not flagged although a drop of
+``min_effect`` would not even reach the detection threshold (too few trials for its noise)
+is **undecided**, not ok: the check says it could not tell.
+
 Classification of a multi-GPU cell: a throughput drop with a scaling drop while the group's
 1n1g cell is fine is one **scaling** finding (the slowdown is in communication); a throughput
 drop with unchanged speedup is a **throughput** finding. Every finding carries the environment
@@ -35,6 +41,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from dlperf_tasks.history.interval import MEDIAN_EFF, noise_from_history, t_quantile
 from dlperf_tasks.history.robust import mad, mann_whitney_u, median
 from dlperf_tasks.history.runs import RunView, env_diff, sort_runs
 
@@ -44,6 +51,7 @@ IMPROVED = "improved"
 NOISY = "noisy"
 INSUFFICIENT = "insufficient_history"
 NO_DATA = "no_data"
+UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True)
@@ -83,10 +91,13 @@ class Verdict:
     baseline_run: str | None = None  # most recent baseline run (the env diff is against it)
     env_diff: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    ci_pct: list[float] | None = None  # 95 % interval of delta_pct
+    mde_pct: float | None = None  # smallest drop detected with 80 % power
+    band: list[float] | None = None  # kind "loss": the history band of the final loss (history/loss.py)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("current", "baseline", "baseline_mad", "delta_pct", "score", "history_cv"):
+        for k in ("current", "baseline", "baseline_mad", "delta_pct", "score", "history_cv", "mde_pct"):
             if isinstance(d[k], float):
                 d[k] = None if not math.isfinite(d[k]) else round(d[k], 6)
         if d["p_value"] is not None:
@@ -120,6 +131,8 @@ class RegressionReport:
             "improved": [v.to_dict() for v in self.improved],
             "checked_cells": len({v.cell_id for v in self.verdicts}),
             "insufficient_history": sorted({v.cell_id for v in self.verdicts if v.status == INSUFFICIENT}),
+            "undecided": [v.to_dict() for v in self.verdicts if v.status == UNDECIDED],
+            "loss": [v.to_dict() for v in self.verdicts if v.kind == "loss"],  # every loss sanity verdict
         }
 
     def summary_lines(self) -> list[str]:
@@ -127,11 +140,25 @@ class RegressionReport:
         lines = [f"regression check of run {self.run_id} ({self.suite}): {len(self.findings)} finding(s), "
                  f"{len(self.noisy)} noisy cell(s), {len({v.cell_id for v in self.verdicts})} cell(s) checked"]
         for v in self.findings + self.noisy:
+            if v.kind == "loss":  # "fast but wrong?": the note says it all
+                lines.append(f"  LOSS {v.cell_id}: {v.note}")
+                continue
             env = "; ".join(f"{k}: {d['baseline']} -> {d['current']}" for k, d in v.env_diff.items()) or "no env change"
+            ci = f", 95% interval [{v.ci_pct[0]:+.2f}, {v.ci_pct[1]:+.2f}]%" if v.ci_pct else ""
+            mde = f", detectable >= {v.mde_pct:.1f}%" if v.mde_pct is not None else ""
             lines.append(
                 f"  {v.status.upper()} {v.kind} {v.cell_id}: {_fmt(v.baseline)} -> {_fmt(v.current)} {v.unit} "
-                f"({v.delta_pct:+.2f}%, p={v.p_value:.2g}, score={_fmt(v.score)}) [{env}]"
+                f"({v.delta_pct:+.2f}%{ci}{mde}, p={v.p_value:.2g}, score={_fmt(v.score)}) [{env}]"
                 + (f" {v.note}" if v.note else ""))
+        bare = [v.cell_id for v in self.verdicts if v.kind == "loss" and v.status == INSUFFICIENT]
+        if bare:
+            lines.append(f"  loss: no loss history (fewer than 3 earlier runs with a final loss): {', '.join(bare)}")
+        undecided = [v for v in self.verdicts if v.status == UNDECIDED]
+        if undecided:
+            lines.append(f"  UNDECIDED: {len(undecided)} check(s) cannot see a {100 * self.config.min_effect:.0f}% "
+                         "drop with these trial counts: "
+                         + ", ".join(f"{v.kind} {v.cell_id} (detectable >= {v.mde_pct:.1f}%)" for v in undecided[:6])
+                         + (" ..." if len(undecided) > 6 else ""))
         return lines
 
 
@@ -179,7 +206,31 @@ def _test(kind: str, cell_id: str, unit: str, higher_is_better: bool, current_va
         v.note = f"history CV {100 * v.history_cv:.1f}% > {100 * cfg.noisy_cv:.1f}%: not flagged"
     elif big and significant:
         v.status = REGRESSION if worse else IMPROVED
+    _interval(v, current_values, base_points, cfg, floor_factor)
     return v
+
+
+def _interval(v: Verdict, current_values: list[float], base_points: list, cfg: RegressConfig,
+              floor_factor: float) -> None:
+    """Fill ``ci_pct``/``mde_pct``; an unflagged verdict that could not have seen a
+    ``min_effect`` drop becomes UNDECIDED."""
+    noise = noise_from_history([xs for _, _, xs in base_points])
+    if noise is None or v.delta_pct is None:
+        return
+    from statistics import NormalDist
+
+    n_hist = int(median([len(xs) for _, _, xs in base_points]))
+    var = floor_factor ** 2 * (noise.var_median(len(current_values))
+                               + MEDIAN_EFF * noise.var_median(n_hist) / len(base_points))
+    se = 100.0 * math.sqrt(var)
+    q95 = t_quantile(0.975, noise.df)
+    v.ci_pct = [round(v.delta_pct - q95 * se, 3), round(v.delta_pct + q95 * se, 3)]
+    threshold = t_quantile(1 - cfg.alpha, noise.df) * se  # one-sided detection threshold (50 % power)
+    v.mde_pct = threshold + NormalDist().inv_cdf(0.8) * se
+    if v.status == OK and threshold > 100.0 * cfg.min_effect:
+        v.status = UNDECIDED
+        v.note = (f"{v.n_current} trial(s) at {100 * noise.within:.1f}% trial noise detect drops of "
+                  f"{v.mde_pct:.1f}% or more: a {100 * cfg.min_effect:.0f}% drop would go unseen")
 
 
 def detect(current: RunView, history: Iterable[RunView], config: RegressConfig | None = None) -> RegressionReport:

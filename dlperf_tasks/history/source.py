@@ -1,33 +1,58 @@
 """Open the configured results store and read history from it (through the store's index).
 
-The store is chosen by, first found wins: the ``url`` argument (CLI ``--store``), the
-environment variable ``DLPERF_STORE``, then the store settings of :class:`dlperf_tasks.store.Store`
-(``Store.from_settings()``: ``$DLPERF_STORE_URL`` or the default local store; the
-Airflow plugin also reads ``[dlperf] store_url``). Accepted URLs are the store's:
+The store is chosen by :class:`dlperf_tasks.settings.Settings` (one setting): the ``url``
+argument (CLI ``--store``), else ``$DLPERF_STORE_URL``, else the scheduler's ``store_url``, else
+the one default (``file://<checkout>/.run/store``, where ``make run`` publishes). Accepted URLs are the store's:
 ``s3://bucket/prefix?endpoint=...``, ``oss://...``, ``file:///dir`` or a plain directory path.
 Credentials come only from the environment / Airflow connections (never from the URL).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from dlperf_tasks.history.runs import RunView, sort_runs
 
-ENV = "DLPERF_STORE"
+ENV = "DLPERF_STORE_URL"
 
 
-def open_store(url: str | None = None):
-    """The :class:`dlperf_tasks.store.Store` for ``url`` / ``$DLPERF_STORE`` / settings."""
+def store_settings(url: str | None = None, settings=None):
+    """The settings whose store is ``url`` (``--store``), else the configured one."""
+    from dlperf_tasks.settings import Settings
+
+    return (settings or Settings.load()).with_store(url)
+
+
+def open_store(url: str | None = None, settings=None):
+    """The :class:`dlperf_tasks.store.Store` for ``url`` / the settings' store."""
     from dlperf_tasks.store.store import Store
 
-    url = url or os.environ.get(ENV) or None
-    if url:
-        return Store.from_url(url)
-    return Store.from_settings()  # $DLPERF_STORE_URL or the default local store
+    return Store.from_url(store_settings(url, settings).store_url)
 
 
 def history_views(store: Any, suite: str, since: str | None = None) -> list[RunView]:
     """Every run of ``suite`` in the store's index (one read), oldest first."""
     return sort_runs(RunView.from_summary(s) for s in store.list_runs(suite=suite, since=since))
+
+
+def resolve_run(store: Any, spec: str, suite: str | None = None) -> str:
+    """A full run id from ``spec``: the id itself, ``latest`` (newest run, of ``suite`` if
+    given) or a unique prefix of a run id. Raises DlperfError naming the candidates."""
+    from dlperf_tasks.errors import DlperfError
+
+    spec = (spec or "").strip()
+    runs = store.list_runs(suite=suite)
+    if spec == "latest":
+        if not runs:
+            raise DlperfError("no runs in the store" + (f" for suite {suite}" if suite else ""))
+        return str(sort_runs(RunView.from_summary(r) for r in runs)[-1].run_id)
+    ids = [str(r.get("run_id")) for r in runs]
+    if spec in ids:
+        return spec
+    matches = sorted({i for i in ids if i.startswith(spec)}) if spec else []
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise DlperfError(f"run {spec!r} is ambiguous: {', '.join(matches[:8])}"
+                          + (" ..." if len(matches) > 8 else ""))
+    return spec  # not in the index: let the store say whether it exists (locate by pointer)

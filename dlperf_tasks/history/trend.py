@@ -15,6 +15,7 @@ class TrendPoint:
     run_id: str
     date: str
     status: str
+    started_at: str | None
     median: float | None
     speedup: float | None
     n_valid: int
@@ -66,7 +67,7 @@ def cell_trend(runs: Iterable[RunView], spec: str, last: int | None = None) -> T
             continue
         unit = c.unit
         vals = list(c.values)
-        pts.append(TrendPoint(run_id=r.run_id, date=r.date, status=r.status, median=c.median, speedup=c.speedup,
+        pts.append(TrendPoint(run_id=r.run_id, date=r.date, status=r.status, started_at=r.started_at, median=c.median, speedup=c.speedup,
                               n_valid=c.n_valid, min=min(vals) if vals else None, max=max(vals) if vals else None,
                               trial_values=vals))
     if last is not None:

@@ -1,36 +1,55 @@
 """The results web page (a FastAPI app; the Airflow plugin in ``plugins/dlperf_results.py``
-mounts it in the api-server under ``/dlperf`` and links it from the navigation).
+mounts it in the api-server under ``/dlperf``, links it from the navigation and puts every
+route behind Airflow's auth manager).
 
 Pages (all read-only, served from the store through its index):
 
-- ``/``                         recent runs per suite (framework), with regression badges
-- ``/runs/{run_id}``            run metadata, regression findings, cell table, plots
-- ``/runs/{run_id}/plots/{png}``  a plot: the archived ``plots/<png>`` (checksum-verified) or,
-                                  for runs published without plots, drawn from ``result.json``
-- ``/trend?suite=S&cell=SPEC``  history of one cell (table + ``/trend.png``)
-- ``/api/runs?suite=S``         run summaries as JSON; ``/healthz``
+- ``/``                              recent runs per suite, regression badges, a compare form
+- ``/runs/{run_id}``                 metadata, links (Airflow DAG run and task logs, result.json,
+                                     report.md, plots, downloads), findings, cells, plots
+- ``/runs/{run_id}/plots/{png}``     an archived plot (checksum-verified) or one drawn from result.json
+- ``/runs/{run_id}/files/{name}``    ``result.json`` / ``report.md`` from the store
+- ``/runs/{run_id}/download.{fmt}``  the run's trials as ``json`` / ``csv`` / ``parquet``
+- ``/compare?a=RUN&b=RUN``           two runs side by side (``a`` omitted: the run before ``b``)
+- ``/trend?suite=S&cell=SPEC``       history of one cell (table + ``/trend.png``, ``last`` <= 365, cached)
+- ``/dag-runs/{dag_id}/{dag_run_id}`` the results of one Airflow DAG run (the target of the
+                                     publish task's extra link): redirect to the run's page,
+                                     or a list when the DAG run published several suites
+- ``/api/runs?suite=S``              run summaries as JSON; ``/healthz``
 
-No Airflow import: the store comes from ``store_factory`` (the plugin passes one built from
-``$DLPERF_STORE`` or ``[dlperf] store_url``). Every value is HTML-escaped (Jinja2 autoescape)
-and run ids are validated by the store before any key is built.
+No Airflow import: ``authorize`` is a FastAPI dependency returning a
+:class:`dlperf_tasks.history.access.Viewer` (the plugin's asks Airflow's auth manager); it runs
+for every route. ``dag_of(suite)`` names a suite's DAG for links into the Airflow UI.
+Every value is HTML-escaped (Jinja2 autoescape); run ids are validated by the store.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import quote
 
-from fastapi import FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from dlperf_tasks.errors import DlperfError
+from dlperf_tasks.history.access import Viewer
 
 RECENT_RUNS = 20
+TREND_MAX = 365
 _TEMPLATES = Path(__file__).with_name("templates")
+FILES = {"result.json": "application/json", "report.md": "text/markdown; charset=utf-8"}
+
+
+def _decision_lines(run) -> list[str]:
+    from dlperf_tasks.decisions import summary_lines
+
+    return summary_lines(run)
 
 
 def _fmt(v: Any) -> str:
@@ -60,15 +79,20 @@ class _LRU:
         return value
 
 
-def create_app(store_factory: Callable[[], Any], title: str = "DLPerf results"):
-    """Build the FastAPI app. ``store_factory()`` is called once, at the first request."""
+def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Viewer],
+               dag_of: Callable[[str], str | None] = lambda suite: None, ui_base: str = "",
+               title: str = "DLPerf results"):
+    """Build the FastAPI app. ``store_factory()`` is called once, at the first request;
+    ``authorize`` (a FastAPI dependency) runs on every route and returns the Viewer."""
+    from dlperf_tasks.history import links
+
     env = Environment(loader=FileSystemLoader(str(_TEMPLATES)), autoescape=select_autoescape(["html"]))
     env.globals["fmt"] = _fmt
-    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[Depends(authorize)])
     state: dict[str, Any] = {}
     lock = threading.Lock()
-    results = _LRU(32)
-    pngs = _LRU(64)
+    results, pngs, trends = _LRU(32), _LRU(64), _LRU(32)
 
     def store():
         with lock:
@@ -76,10 +100,10 @@ def create_app(store_factory: Callable[[], Any], title: str = "DLPerf results"):
                 state["store"] = store_factory()
             return state["store"]
 
-    def page(request: Request, name: str, **ctx) -> HTMLResponse:
+    def page(request: Request, name: str, viewer: Viewer, **ctx) -> HTMLResponse:
         s = state.get("store")
         html = env.get_template(name).render(root=request.scope.get("root_path", "").rstrip("/"),
-                                             store_url=s.url() if s is not None else "-", **ctx)
+                                             store_url=s.url() if s is not None else "-", viewer=viewer.name, **ctx)
         return HTMLResponse(html)
 
     def fail(exc: Exception) -> HTTPException:
@@ -87,28 +111,43 @@ def create_app(store_factory: Callable[[], Any], title: str = "DLPerf results"):
         code = 404 if ("not found" in text or "does not exist" in text or "invalid run id" in text) else 502
         return HTTPException(status_code=code, detail=text)
 
+    def suite_of(run_id: str, viewer: Viewer) -> str:
+        """The run's suite; 403 unless the viewer may read it (before any object is read)."""
+        try:
+            suite = store().locate(run_id)["suite"]
+        except DlperfError as exc:
+            raise fail(exc) from None
+        if not viewer.can_read(suite):
+            raise HTTPException(403, f"user {viewer.name!r} may not read the results of suite {suite!r}")
+        return suite
+
     def result_of(run_id: str) -> dict:
         return results.get(run_id, lambda: store().read_result(run_id))
 
+    V = Depends(authorize)  # cached per request: the app-level call is reused
+
     @app.get("/healthz")
-    def healthz():
-        return {"ok": True}
+    def healthz(viewer: Viewer = V):
+        return {"ok": True, "user": viewer.name}
 
     @app.get("/api/runs")
-    def api_runs(suite: str | None = None, limit: int = Query(RECENT_RUNS, ge=1, le=1000)):
+    def api_runs(suite: str | None = None, limit: int = Query(RECENT_RUNS, ge=1, le=1000), viewer: Viewer = V):
         try:
-            return JSONResponse(store().list_runs(suite=suite, limit=limit))
+            runs = [r for r in store().list_runs(suite=suite) if viewer.can_read(r.get("suite"))]
         except DlperfError as exc:
             raise fail(exc) from None
+        return JSONResponse(runs[-limit:])
 
     @app.get("/", response_class=HTMLResponse)
-    def index(request: Request):
-        from dlperf_tasks.cli.results import ls_rows
+    def index(request: Request, viewer: Viewer = V):
+        from dlperf_tasks.history.rows import ls_rows
 
         suites, error = [], None
         try:
             st = store()
             for suite in st.suites():
+                if not viewer.can_read(suite):
+                    continue
                 runs = st.list_runs(suite=suite)
                 rows = ls_rows(runs)[:RECENT_RUNS]
                 by_id = {r["run_id"]: r for r in runs}
@@ -120,39 +159,98 @@ def create_app(store_factory: Callable[[], Any], title: str = "DLPerf results"):
                                "total": len(runs), "runs": rows})
         except DlperfError as exc:
             error = f"store unavailable: {exc}"
-        return page(request, "index.html", suites=suites, error=error)
+        return page(request, "index.html", viewer, suites=suites, error=error)
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse)
-    def run_page(request: Request, run_id: str):
-        from dlperf_tasks.cli.results import show_rows
+    def run_page(request: Request, run_id: str, viewer: Viewer = V):
+        from dlperf_tasks.history.check import read_recorded
+        from dlperf_tasks.history.rows import show_rows
         from dlperf_tasks.report.plots import plot_specs
 
+        suite = suite_of(run_id, viewer)
         try:
             result = result_of(run_id)
             manifest = store().read_manifest(run_id)
+            regressions = read_recorded(store(), run_id, manifest)
+            confirmations = store().read_annotation(run_id, "confirmations")  # A/B verdicts (H8)
+            previous = _previous_run(store(), suite, run_id)
         except DlperfError as exc:
             raise fail(exc) from None
         run = result.get("run") or {}
-        archived = [e["path"][len("plots/"):] for e in manifest.get("objects", [])
-                    if e.get("path", "").startswith("plots/") and e["path"].endswith(".png")]
+        paths = {e.get("path", "") for e in manifest.get("objects", [])}
+        archived = sorted(p[len("plots/"):] for p in paths if p.startswith("plots/") and p.endswith(".png"))
         plots = archived or plot_specs(result)
-        env_items = [(f"env.{k}", v) for k, v in sorted((run.get("env") or {}).items())]
+        env_items = [(f"env.{k}", v) for k, v in sorted((run.get("env") or {}).items()) if not isinstance(v, dict)]
         meta = [(k, run.get(k)) for k in ("suite", "framework", "dag_run_id", "started_at", "finished_at",
                                           "image", "image_digest", "upstream_commit") if run.get(k) is not None]
-        from dlperf_tasks.history.check import read_recorded
-
-        regressions = read_recorded(store(), run_id, manifest)
+        dag_id, dag_run_id = dag_of(suite), run.get("dag_run_id")
+        dag_links = None
+        if dag_id and dag_run_id:
+            dag_links = {"dag_id": dag_id, "run": links.dag_run_url(ui_base, dag_id, dag_run_id),
+                       "tasks": [(t, links.task_url(ui_base, dag_id, dag_run_id, t))
+                                 for t in ("trial", "aggregate", "publish")]}
         flagged = {f["cell_id"] for f in (regressions or {}).get("findings", [])}
-        return page(request, "run.html", run={"run_id": run.get("run_id", run_id), "suite": run.get("suite")},
+        return page(request, "run.html", viewer, run={"run_id": run.get("run_id", run_id), "suite": suite},
                     meta=meta + env_items, cells=show_rows(result), plots=plots, regressions=regressions,
-                    flagged=flagged)
+                    flagged=flagged, dag_links=dag_links, files=[f for f in FILES if f in paths], previous=previous,
+                    confirmations=(confirmations or {}).get("findings") or {}, decisions=_decision_lines(run))
+
+    @app.get("/dag-runs/{dag_id}/{dag_run_id}", response_class=HTMLResponse)
+    def dag_run_results(request: Request, dag_id: str, dag_run_id: str, viewer: Viewer = V):
+        from dlperf_tasks.history.rows import ls_rows
+
+        try:
+            st = store()
+            found = [r for suite in st.suites() if viewer.can_read(suite) and dag_of(suite) in (dag_id, None)
+                     for r in st.list_runs(suite=suite)
+                     if (r.get("env") or {}).get("dag_run_id") == dag_run_id or r.get("dag_run_id") == dag_run_id]
+        except DlperfError as exc:
+            raise fail(exc) from None
+        if not found:
+            raise HTTPException(404, f"no published results of {dag_id} run {dag_run_id} (yet)")
+        root = request.scope.get("root_path", "").rstrip("/")
+        if len(found) == 1:
+            return RedirectResponse(f"{root}/runs/{quote(str(found[0]['run_id']), safe='')}", status_code=307)
+        rows = ls_rows(found)
+        return page(request, "index.html", viewer, suites=[{"suite": f"{dag_id} run {dag_run_id}", "framework": dag_id,
+                                                             "total": len(rows), "runs": rows}], error=None)
+
+    @app.get("/runs/{run_id}/files/{name}")
+    def run_file(run_id: str, name: str, viewer: Viewer = V):
+        if name not in FILES:
+            raise HTTPException(404, f"no file {name!r} (files: {', '.join(FILES)})")
+        suite_of(run_id, viewer)
+        try:
+            data = store().read_object(run_id, name)
+        except DlperfError as exc:
+            raise fail(exc) from None
+        return Response(data, media_type=FILES[name])
+
+    @app.get("/runs/{run_id}/download.{fmt}")
+    def download(run_id: str, fmt: str, viewer: Viewer = V):
+        from dlperf_tasks.history import export
+
+        if fmt not in ("json", "csv", "parquet"):
+            raise HTTPException(404, "download formats: json, csv, parquet")
+        suite_of(run_id, viewer)
+        try:
+            result = result_of(run_id)
+        except DlperfError as exc:
+            raise fail(exc) from None
+        disp = {"Content-Disposition": f'attachment; filename="{_safe(run_id)}.{fmt}"'}
+        if fmt == "json":
+            return Response(json.dumps(result, indent=1), media_type="application/json", headers=disp)
+        if fmt == "csv":
+            return Response(export.run_csv(result), media_type="text/csv; charset=utf-8", headers=disp)
+        return Response(export.run_parquet(result), media_type="application/vnd.apache.parquet", headers=disp)
 
     @app.get("/runs/{run_id}/plots/{name}")
-    def plot(run_id: str, name: str):
+    def plot(run_id: str, name: str, viewer: Viewer = V):
         from dlperf_tasks.report.plots import render_plot
 
         if not name.endswith(".png") or "/" in name:
             raise HTTPException(404, f"no plot {name!r}")
+        suite_of(run_id, viewer)
 
         def make() -> bytes:
             st = store()
@@ -168,35 +266,83 @@ def create_app(store_factory: Callable[[], Any], title: str = "DLPerf results"):
             raise HTTPException(404, str(exc)) from None
         except DlperfError as exc:
             raise fail(exc) from None
-        return Response(data, media_type="image/png", headers={"Cache-Control": "max-age=300"})
+        return Response(data, media_type="image/png", headers={"Cache-Control": "private, max-age=300"})
 
-    def _trend(suite: str, cell: str, last: int):
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare_page(request: Request, b: str, a: str | None = None, viewer: Viewer = V):
+        from dlperf_tasks.history.compare import compare_runs
+        from dlperf_tasks.history.rows import compare_rows, verdict_note
+        from dlperf_tasks.history.runs import RunView
+        from dlperf_tasks.history.source import history_views
+
+        suite = suite_of(b, viewer)
+        try:
+            if not a:
+                a = _previous_run(store(), suite, b)
+                if a is None:
+                    raise HTTPException(404, f"run {b} is the first run of suite {suite}: nothing to compare with")
+            suite_of(a, viewer)
+            ra, rb = RunView.from_result(result_of(a)), RunView.from_result(result_of(b))
+            history = history_views(store(), suite) if ra.suite == rb.suite else []
+        except DlperfError as exc:
+            raise fail(exc) from None
+        doc = compare_runs(ra, rb, history)
+        choices = [r["run_id"] for r in reversed(store().list_runs(suite=suite))][:200]
+        return page(request, "compare.html", viewer, a=a, b=b, suite=suite, rows=compare_rows(doc),
+                    note=verdict_note(doc), env_diff=doc["env_diff"], choices=choices)
+
+    def _trend(suite: str, cell: str, last: int, viewer: Viewer):
         from dlperf_tasks.history.source import history_views
         from dlperf_tasks.history.trend import cell_trend
 
+        if not viewer.can_read(suite):
+            raise HTTPException(403, f"user {viewer.name!r} may not read the results of suite {suite!r}")
         views = history_views(store(), suite)
         if not views:
             raise HTTPException(404, f"suite {suite!r} has no runs")
-        return cell_trend(views, cell, last=last)
+        return cell_trend(views, cell, last=last), views[-1].run_id
 
     @app.get("/trend", response_class=HTMLResponse)
-    def trend_page(request: Request, suite: str, cell: str, last: int = Query(60, ge=1, le=5000)):
+    def trend_page(request: Request, suite: str, cell: str, last: int = Query(60, ge=1, le=TREND_MAX),
+                   viewer: Viewer = V):
         try:
-            tr = _trend(suite, cell, last)
+            tr, _ = _trend(suite, cell, last, viewer)
         except DlperfError as exc:
             raise HTTPException(404, str(exc)) from None
-        return page(request, "trend.html", trend=tr, last=last)
+        return page(request, "trend.html", viewer, trend=tr, last=last)
 
     @app.get("/trend.png")
-    def trend_png_route(suite: str, cell: str, last: int = Query(60, ge=1, le=5000)):
+    def trend_png_route(suite: str, cell: str, last: int = Query(60, ge=1, le=TREND_MAX), viewer: Viewer = V):
         from dlperf_tasks.report.plots import trend_png
 
         try:
-            tr = _trend(suite, cell, last)
+            tr, newest = _trend(suite, cell, last, viewer)
         except DlperfError as exc:
             raise HTTPException(404, str(exc)) from None
-        data = trend_png([p.to_dict() for p in tr.points], title=f"{tr.cell_id} ({len(tr.points)} runs)",
-                         unit=tr.unit, baseline=tr.overall_median())
-        return Response(data, media_type="image/png")
+        # keyed by the newest run of the suite: a new run draws a new plot, a reload does not
+        key = (suite, tr.cell_id, last, newest)
+        hit = key in trends.data
+        data = trends.get(key, lambda: trend_png(
+            [p.to_dict() for p in tr.points], title=f"{tr.cell_id} ({len(tr.points)} runs)", unit=tr.unit,
+            baseline=tr.overall_median()))
+        return Response(data, media_type="image/png", headers={"Cache-Control": "private, max-age=300",
+                                                               "X-Dlperf-Cache": "hit" if hit else "miss"})
 
+    app.state.trend_cache = trends
     return app
+
+
+def _safe(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text)[:120]
+
+
+def _previous_run(store: Any, suite: str, run_id: str) -> str | None:
+    """The run of ``suite`` published just before ``run_id`` (index order), or None."""
+    from dlperf_tasks.history.runs import RunView, sort_runs
+
+    views = sort_runs(RunView.from_summary(r) for r in store.list_runs(suite=suite))
+    ids = [v.run_id for v in views]
+    if run_id not in ids:
+        return None
+    i = ids.index(run_id)
+    return ids[i - 1] if i > 0 else None

@@ -21,8 +21,9 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import Mapping
 
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.errors import RemoteError, StoreError
 from dlperf_tasks.remote.ssh import SSHPool
 
 ACQUIRE_SCRIPT = r"""
@@ -67,6 +68,16 @@ if [ "$(cat "$lease/token" 2>/dev/null)" = "$token" ]; then rm -rf "$lease"; ech
 """
 
 
+RELEASE_RUN_SCRIPT = r"""
+set -u
+wd="$1"; run="$2"
+[ -d "$wd" ] || exit 0
+exec 9>"$wd/.lease.lock"
+flock -w 20 9 || exit 3
+if [ -d "$wd/.lease" ] && [ "$(cat "$wd/.lease/run_id" 2>/dev/null)" = "$run" ]; then rm -rf "$wd/.lease"; echo RELEASED; fi
+"""
+
+
 class NodeBusy(RemoteError):
     """The node is leased by someone else."""
 
@@ -90,6 +101,14 @@ class Lease:
     run_id: str
     taken_over_from: str | None = None
 
+    def to_doc(self) -> dict[str, str]:
+        """Plain data (a started trial's state, a trigger's kwargs): enough to renew and release."""
+        return {"node": self.node, "token": self.token, "run_id": self.run_id}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, str]) -> "Lease":
+        return cls(doc["node"], doc["token"], doc["run_id"])
+
 
 def acquire(pool: SSHPool, node: str, run_id: str, ttl_s: int = 120, owner: str | None = None,
             token: str | None = None) -> Lease:
@@ -111,6 +130,74 @@ def renew(pool: SSHPool, lease: Lease, ttl_s: int) -> bool:
     wd = pool.cluster.node(lease.node).workdir
     res = pool.run(lease.node, _script(RENEW_SCRIPT, wd, lease.token, str(int(ttl_s))), timeout=40)
     return res.rc == 0
+
+
+def renew_all(pool: SSHPool, docs, ttl_s: float) -> list[str]:
+    """Renew leases given as :meth:`Lease.to_doc` dicts to ``ttl_s`` from now; returns the nodes
+    whose renewal was refused (the lease is someone else's now). An unreachable node is skipped:
+    the next renewal tries again, and the watch's error rule judges the node."""
+    lost = []
+    for doc in docs or []:
+        try:
+            if not renew(pool, Lease.from_doc(doc), int(ttl_s)):
+                lost.append(doc["node"])
+        except RemoteError:
+            pass
+    return lost
+
+
+def release_all(pool: SSHPool, docs) -> dict[str, str]:
+    """Release leases given as dicts; returns node -> why for those not released (unreachable:
+    their lease expires by itself)."""
+    failed = {}
+    for doc in docs or []:
+        try:
+            release(pool, Lease.from_doc(doc))
+        except RemoteError as exc:
+            failed[doc["node"]] = str(exc)
+    return failed
+
+
+def holder(pool: SSHPool, node: str) -> str:
+    """Who holds the node's lease now (``owner run_id``), or '' when it is free."""
+    wd = shlex.quote(pool.cluster.node(node).workdir.rstrip("/"))
+    res = pool.run(node, f"cat {wd}/.lease/owner {wd}/.lease/run_id 2>/dev/null | tr '\\n' ' '", timeout=30)
+    return res.stdout.strip()
+
+
+def release_run(pool: SSHPool, node: str, run_id: str) -> bool:
+    """Release the node's lease if run ``run_id`` still holds it, whatever the token (a trial
+    process killed hard cannot release its own)."""
+    wd = pool.cluster.node(node).workdir.rstrip("/")
+    return "RELEASED" in pool.run(node, _script(RELEASE_RUN_SCRIPT, wd, run_id), timeout=60).stdout
+
+
+def lease_group(pool: SSHPool, candidates: list[str], count: int, run_id: str, *, wait_s: float,
+                stop: threading.Event, ttl_s: int = 120) -> "list[Leases] | str":
+    """Lease ``count`` of ``candidates`` (tried in order: node rank 0 first), one Leases per node;
+    while they are held by other runs, retry after a random back-off (two waiting runs do not
+    lock-step) until ``wait_s`` has passed or ``stop`` is set. Returns the held leases, or the
+    reason none could be had (naming the holders); the caller releases them."""
+    deadline = time.monotonic() + wait_s
+    busy: dict[str, str] = {}
+    while not stop.is_set():
+        held: list[Leases] = []
+        for name in candidates:
+            lease = Leases(pool, [name], run_id, ttl_s=ttl_s)
+            try:
+                lease.acquire()
+            except RemoteError as exc:  # leased by another run, or unreachable
+                busy[name] = str(exc)
+                continue
+            held.append(lease)
+            if len(held) == count:
+                return held
+        for lease in held:
+            lease.release()
+        if time.monotonic() > deadline:
+            return f"no {count} free node(s) within {wait_s:.0f} s: " + "; ".join(busy.values())
+        stop.wait(2.0 + secrets.randbelow(3000) / 1000)
+    return "stopped while waiting for free nodes"
 
 
 def release(pool: SSHPool, lease: Lease) -> bool:
@@ -194,8 +281,53 @@ class Leases:
             self.held.pop(n, None)
         self._stop = threading.Event()
 
+    def detach(self) -> list[Lease]:
+        """Stop renewing and hand the held leases over without releasing them: a trial whose
+        jobs are watched elsewhere (a deferred task's trigger) renews them there
+        (:func:`dlperf_tasks.remote.jobpoll.renew_leases`) and releases them with :func:`release`."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        held, self.held = list(self.held.values()), {}
+        self._stop = threading.Event()
+        return held
+
     def __enter__(self) -> list[str]:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def usable_nodes(cluster, trial, rd, settings) -> list[str]:
+    """The nodes a DAG trial may lease, in the order to try them (issue 17):
+
+    * an A/B confirmation run pins its nodes (``nodes`` in the run's plan.json): A and B share
+      the hardware, so only those, in that order;
+    * otherwise every node with enough GPUs that the service has not quarantined
+      (``state/quarantine.json`` in the run store, ``dlperf cluster clear NODE``), rotated by the trial's
+      index so the trials of one cell spread over the nodes (node health compares them).
+
+    Raises RemoteError naming the quarantined nodes when they leave too few for the trial."""
+    from dlperf_tasks.nodehealth import Quarantine
+
+    topo = trial.cell.topology
+    fits = [n.name for n in cluster.nodes if n.gpus >= topo.gpus_per_node]
+    pinned = (rd.read("plan.json") or {}).get("nodes")
+    if pinned:
+        return [n for n in pinned if n in fits]
+    try:
+        out = Quarantine.for_settings(settings).nodes()
+    except (ValueError, StoreError) as exc:
+        raise RemoteError(f"trial {trial.id}: {exc}") from None
+    ok = [n for n in fits if n not in out]
+    if len(ok) < topo.nodes <= len(fits):
+        names = ", ".join(sorted(n for n in fits if n in out))
+        raise RemoteError(f"trial {trial.id} needs {topo.nodes} node(s) with {topo.gpus_per_node} GPUs; "
+                          f"only {len(ok)} are not quarantined (quarantined: {names}; see dlperf cluster "
+                          f"quarantine, clear with dlperf cluster clear NODE)")
+    if not ok:
+        return fits
+    k = (trial.index - 1) % len(ok)
+    return ok[k:] + ok[:k]

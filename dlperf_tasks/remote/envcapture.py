@@ -137,3 +137,93 @@ def nccl_transport(lines: Iterable[str]) -> dict[str, Any]:
         nets = sorted(p.split("/", 1)[1] for p in paths if p.startswith("NET/"))
         network = nets[0] if nets else None
     return {"network": network or ABSENT, "paths": sorted(paths)}
+
+
+# --------------------------------------------------------------------------- node identity
+# What redaction must know about a node (store/redact.py): every name and address it prints.
+IDENTITY_SCRIPT = r"""
+echo "@@hostname"; hostname 2>/dev/null || cat /proc/sys/kernel/hostname
+echo "@@fqdn"; hostname -f 2>/dev/null || true
+echo "@@aliases"; hostname -A 2>/dev/null || true; hostname -a 2>/dev/null || true
+echo "@@addrs"; if command -v ip >/dev/null 2>&1; then ip -o addr show 2>/dev/null | awk '{print $4}'; else hostname -I 2>/dev/null | tr ' ' '\n'; fi
+echo "@@if_inet6"; cat /proc/net/if_inet6 2>/dev/null | awk '{print $1}'
+echo "@@macs"; cat /sys/class/net/*/address 2>/dev/null
+echo "@@guids"; cat /sys/class/infiniband/*/node_guid /sys/class/infiniband/*/sys_image_guid /sys/class/infiniband/*/ports/*/gids/0 2>/dev/null
+echo "@@users"; id -un 2>/dev/null; echo "${SUDO_USER:-}"; awk -F: '$3 >= 1000 && $3 < 60000 {print $1}' /etc/passwd 2>/dev/null | head -n 200; ls /home 2>/dev/null | head -n 200
+"""
+
+_SKIP_ADDRS = {"127.0.0.1", "::1", "::", "0.0.0.0"}
+_SKIP_MACS = {"00:00:00:00:00:00"}
+
+
+def _lines(text: str) -> list[str]:
+    return [x.strip() for x in text.replace(" ", "\n").splitlines() if x.strip() and x.strip() != ABSENT]
+
+
+def parse_identity(text: str) -> dict[str, Any]:
+    """Output of :data:`IDENTITY_SCRIPT` -> ``{os_hostname, fqdn, short_names, addresses, macs,
+    ib_guids, users}`` (loopback addresses and the all-zero MAC left out)."""
+    import ipaddress
+
+    s = _sections(text)
+    host = (_lines(s.get("hostname", "")) or [""])[0]
+    fqdn = (_lines(s.get("fqdn", "")) or [host])[0]
+    names = {host, fqdn, *_lines(s.get("aliases", ""))}
+    short = {n.split(".", 1)[0] for n in names if n} | {n for n in names if n}
+    addrs: list[str] = []
+    for a in _lines(s.get("addrs", "")):
+        a = a.split("/", 1)[0]
+        try:
+            addrs.append(str(ipaddress.ip_address(a.split("%", 1)[0])))
+        except ValueError:
+            continue
+    for h in _lines(s.get("if_inet6", "")):
+        if len(h) == 32:
+            addrs.append(str(ipaddress.IPv6Address(bytes.fromhex(h))))
+    guids = set()
+    for g in _lines(s.get("guids", "")):
+        guids.add(g)
+        if ":" in g and g.count(":") == 3:  # node_guid form 0c42:a103:00a1:b2c3 -> also 0x0c42a10300a1b2c3
+            guids.add("0x" + g.replace(":", ""))
+    users = [u for u in dict.fromkeys(_lines(s.get("users", ""))) if u and u != "root"]
+    return {
+        "os_hostname": host, "fqdn": fqdn,
+        "short_names": sorted(n for n in short if n and n not in ("localhost", "localhost.localdomain")),
+        "addresses": sorted(a for a in dict.fromkeys(addrs) if a not in _SKIP_ADDRS),
+        "macs": sorted({m.lower() for m in _lines(s.get("macs", "")) if m.lower() not in _SKIP_MACS}),
+        "ib_guids": sorted(guids), "users": users,
+    }
+
+
+def node_identity(pool: SSHPool, node: str) -> dict[str, Any]:
+    """Every name and address ``node`` may print (for redaction), gathered over SSH at prepare:
+    ``{os_hostname, fqdn, short_names, addresses (v4+v6), macs, ib_guids, users}``. The engine
+    saves it per node as ``node-facts.json: {node: {..., "identity": <this>}}`` in the run dir;
+    the store's redactor and leak scanner read it from there (``store.redact.read_node_identities``)."""
+    res = pool.run(node, "sh -c " + shlex.quote(IDENTITY_SCRIPT), timeout=60)
+    if res.rc not in (0, 1) or "@@hostname" not in res.stdout:
+        raise RemoteError(f"node {node}: identity probe failed (exit {res.rc})")
+    return parse_identity(res.stdout)
+
+
+def local_identity() -> dict[str, Any]:
+    """The same facts for this machine (the local cluster and the controller)."""
+    import subprocess
+
+    out = subprocess.run(["sh", "-c", IDENTITY_SCRIPT], capture_output=True, text=True, timeout=60).stdout
+    return parse_identity(out)
+
+
+def identities(pool: SSHPool, nodes: list[str]) -> dict[str, dict[str, Any]]:
+    """:func:`node_identity` of every node, in parallel. A node that fails is recorded with
+    ``{"error": ...}`` only (its inventory names are still redacted; the leak scanner still runs).
+    The engine writes the result to the run dir as ``node-identity.json``."""
+
+    def one(n: str) -> tuple[str, dict[str, Any]]:
+        try:
+            return n, node_identity(pool, n)
+        except RemoteError as exc:
+            return n, {"error": str(exc)}
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(nodes)))) as ex:
+        return dict(ex.map(one, nodes))

@@ -17,6 +17,11 @@ YAML shape (every node key may also be given once under ``defaults``)::
       data_dir: /data
       known_hosts: ~/.ssh/known_hosts
       strict_host_key_checking: true   # false = explicit opt-out
+      # or the key's TEXT, never written to a file or a command line:
+      # private_key_env: NODE_SSH_KEY          (environment variable holding the key text)
+      # private_key_passphrase_env: NODE_SSH_KEY_PASSPHRASE
+      # ssh_conn_id: dlperf_node1              (an Airflow SSH connection: key text, passphrase,
+      #                                         password; resolved by the Airflow layer)
     registry:                      # optional; creds come from the environment
       server: nvcr.io
       username: $oauthtoken
@@ -45,7 +50,8 @@ from dlperf_tasks.frameworks.base import NodeSpec
 _NODE_KEYS = {
     "name", "host", "port", "user", "login", "key_file", "private_key", "password", "gpus", "interface",
     "workdir", "data_dir", "mounts", "known_hosts", "strict_host_key_checking", "address", "connect_timeout",
-    "labels", "mpi_ssh_port",
+    "labels", "mpi_ssh_port", "private_key_passphrase", "private_key_env", "private_key_passphrase_env",
+    "ssh_conn_id",
 }
 _ADDRESS_RE = re.compile(r"^[A-Za-z0-9_\[][A-Za-z0-9_.:%\[\]-]*$")
 _BOOL_TRUE = {"1", "true", "yes", "on"}
@@ -83,7 +89,11 @@ class Node:
     user: str = "root"
     key_file: str | None = field(default=None, repr=False)
     private_key: str | None = field(default=None, repr=False)  # key text (from a connection), never logged
+    private_key_passphrase: str | None = field(default=None, repr=False)
     password: str | None = field(default=None, repr=False)
+    #: an Airflow SSH connection holding this node's key/passphrase/password (resolved by the Airflow
+    #: layer through :func:`dlperf_tasks.remote.connections.with_ssh_connections`)
+    ssh_conn_id: str | None = None
     gpus: int = 8
     interface: str | None = None
     workdir: str = "/var/tmp/dlperf"
@@ -111,8 +121,8 @@ class Node:
                                   f"(a host name, IPv4 or IPv6 address)")
         if not self.workdir.startswith("/"):
             raise RemoteError(f"inventory: node {self.name}: workdir must be an absolute path, got {self.workdir!r}")
-        # the detached-job wrapper (remote/jobs.py, vendored from the Airflow SSH provider) puts
-        # paths under workdir inside double quotes of a nested script, where $ ` " \ would be evaluated
+        # every script takes paths as positional arguments (remote/jobs.py, allocation.py); shell
+        # metacharacters that expand inside double quotes stay refused as a second line of defence
         if any(c in self.workdir for c in '$`"\\') or any(ord(c) < 32 or ord(c) == 127 for c in self.workdir):
             raise RemoteError(f"inventory: node {self.name}: workdir {self.workdir!r} must not contain "
                               f"$ ` \" \\ or control characters")
@@ -153,9 +163,18 @@ class Node:
         for key in ("key_file", "known_hosts"):
             if merged.get(key):
                 kw[key] = os.path.expanduser(str(merged[key]))
-        for key in ("private_key", "password"):
+        for key in ("private_key", "private_key_passphrase", "password"):
             if merged.get(key):
                 kw[key] = str(merged[key])
+        for key in ("private_key", "private_key_passphrase"):  # ``<key>_env``: the secret's variable name
+            var = merged.get(f"{key}_env")
+            if var:
+                if str(var) not in os.environ:
+                    raise RemoteError(f"{where}: node {name}: {key}_env names the environment variable {var!r}, "
+                                      f"which is not set")
+                kw[key] = os.environ[str(var)]
+        if merged.get("ssh_conn_id"):
+            kw["ssh_conn_id"] = str(merged["ssh_conn_id"])
         if "port" in merged:
             kw["port"] = _as_int(merged["port"], f"node {name}: port", 1)
         if merged.get("mpi_ssh_port") is not None:
@@ -326,15 +345,9 @@ class Cluster:
         The node name is ``extra.name`` or the connection id."""
         nodes = []
         for c in conns:
-            raw_extra = c.get("extra") or {}
-            extra = dict(raw_extra) if isinstance(raw_extra, Mapping) else {}
-            if isinstance(raw_extra, str):
-                import json
+            from dlperf_tasks.remote.connections import connection_extra  # (it imports this module)
 
-                try:
-                    extra = json.loads(c["extra"] or "{}")
-                except ValueError:
-                    raise RemoteError(f"connection {c.get('conn_id')}: extra is not JSON") from None
+            extra = connection_extra(c)
             # the SSH provider's spelling: no_host_key_check=true means no checking
             if "no_host_key_check" in extra and "strict_host_key_checking" not in extra:
                 extra["strict_host_key_checking"] = not _as_bool(extra.pop("no_host_key_check"),

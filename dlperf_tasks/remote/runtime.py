@@ -13,179 +13,35 @@ node's :class:`LaunchSpec`; ``mpi`` = every node runs a helper container with ss
 ``ContainerSpec.sshd_port`` (or the inventory's ``mpi_ssh_port``; bound to the node's peer
 address) and a launcher container on node 0 runs ``mpirun``. The helper containers trust a key pair generated per run (never reused).
 
-Every command string is built here from argv lists with :func:`shlex.join`; secrets (registry
-password) travel over the SSH channel's stdin only.
+Every command string is built here from argv lists with :func:`shlex.join`. Secrets never reach a
+command line: the registry password travels over the SSH channel's stdin into a per-run
+``DOCKER_CONFIG`` that is removed after the pull; suite and launcher env values travel in the
+detached job's 0600 env file (:mod:`dlperf_tasks.remote.jobs`), which the job hands to
+``docker run --env-file /dev/stdin`` and deletes before docker starts.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 import shlex
-import string
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Mapping
 
 from dlperf_tasks.catalog.model import ContainerSpec
 from dlperf_tasks.errors import RemoteError
 from dlperf_tasks.frameworks.base import LaunchSpec
 from dlperf_tasks.model import Trial
+# the builders are re-exported here: callers and tests use ``runtime.<builder>``
+from dlperf_tasks.remote.dockercmd import (CONTAINER_LOG_DIR, LABEL_NODE, LABEL_RUN, LABEL_TRIAL,  # noqa: F401
+                                           LOGIN_FAILED_RC, PULL_FAILED_RC, REGISTRY_PULL_SCRIPT, TRIAL_ENV,
+                                           NodeFacts, _sections, docker_env_file, docker_run_argv, expand,
+                                           image_inspect_command, label_filter_args, list_containers_command,
+                                           optional_flags, parse_digest, probe_command, pull_command,
+                                           registry_pull_command, remove_containers_command, safe_name,
+                                           trial_process_check_command)
 from dlperf_tasks.remote.inventory import Node, Registry
+from dlperf_tasks.remote.jobs import JobCommand
 from dlperf_tasks.remote.ssh import SSHPool
-
-LABEL_RUN = "dlperf.run"
-LABEL_TRIAL = "dlperf.trial"
-LABEL_NODE = "dlperf.node"
-#: set in every trial process' environment so leftovers can be found in /proc on the node
-TRIAL_ENV = "DLPERF_TRIAL"
-CONTAINER_LOG_DIR = "/dlperf/out"
-
-
-def safe_name(text: str, limit: int = 60) -> str:
-    """A string usable in docker names and paths."""
-    return re.sub(r"[^a-zA-Z0-9_.-]", "-", text)[:limit].strip("-.") or "x"
-
-
-@dataclass
-class NodeFacts:
-    """What a node offers (recorded in the run's env capture)."""
-
-    name: str
-    docker: bool = False
-    nvidia_runtime: bool = False
-    infiniband: bool = False
-    image_digest: str | None = None
-    pulled: bool = False
-    #: suite flags the node's container runtime refuses with "operation not permitted" (e.g. ``--privileged``
-    #: or ``--ulimit memlock=-1`` inside an unprivileged sandbox); dropped on that node and noted
-    dropped_flags: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-# ---- pure command builders ------------------------------------------------------------
-def login_command(registry: Registry) -> str:
-    """``docker login`` reading the password from stdin (never on the command line)."""
-    return shlex.join(["docker", "login", "--username", registry.resolve_username(), "--password-stdin",
-                       registry.server])
-
-
-def image_inspect_command(image: str) -> str:
-    return shlex.join(["docker", "image", "inspect", "--format", "{{json .RepoDigests}} {{.Id}}", image])
-
-
-def pull_command(image: str) -> str:
-    return shlex.join(["docker", "pull", "--quiet", image])
-
-
-def probe_command() -> str:
-    """One round trip: docker present? nvidia runtime? /dev/infiniband?"""
-    return ("if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then echo docker=1; "
-            "docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia && echo nvidia=1; "
-            "else echo docker=0; fi; test -e /dev/infiniband && echo ib=1; true")
-
-
-def label_filter_args(run_id: str | None = None, trial_key: str | None = None, node: str | None = None) -> list[str]:
-    args: list[str] = []
-    if run_id:
-        args += ["--filter", f"label={LABEL_RUN}={run_id}"]
-    else:
-        args += ["--filter", f"label={LABEL_RUN}"]
-    if trial_key:
-        args += ["--filter", f"label={LABEL_TRIAL}={trial_key}"]
-    if node:
-        args += ["--filter", f"label={LABEL_NODE}={node}"]
-    return args
-
-
-def list_containers_command(run_id: str | None = None, trial_key: str | None = None, node: str | None = None) -> str:
-    return shlex.join(["docker", "ps", "-aq", *label_filter_args(run_id, trial_key, node)])
-
-
-def remove_containers_command(run_id: str | None = None, trial_key: str | None = None, node: str | None = None) -> str:
-    """Force-remove the labelled containers (prints the removed ids)."""
-    ls = list_containers_command(run_id, trial_key, node)
-    return f'ids="$({ls})"; if [ -n "$ids" ]; then docker rm -f $ids; fi'
-
-
-def trial_process_check_command(trial_key: str | None = None) -> str:
-    """PIDs on the node whose environment carries ``DLPERF_TRIAL[=<key>]`` (leftover trial processes).
-    One ``grep -z`` over every /proc/<pid>/environ (entries are NUL-separated)."""
-    pattern = f"^{TRIAL_ENV}={trial_key}$" if trial_key else f"^{TRIAL_ENV}="
-    return (f"grep -lsz -- {shlex.quote(pattern)} /proc/[0-9]*/environ 2>/dev/null "
-            "| sed -n 's#^/proc/\\([0-9]*\\)/environ$#\\1#p'; true")
-
-
-def _sections(out: str) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    key = None
-    for line in out.splitlines():
-        if line.startswith("@@"):
-            key = line[2:].strip()
-            found[key] = []
-        elif key and line.strip():
-            found[key].append(line.strip())
-    return found
-
-
-def expand(text: str, values: Mapping[str, str], what: str) -> str:
-    """``${data_dir}`` style placeholders from the inventory; unknown ones are an error."""
-    try:
-        return string.Template(text).substitute(values)
-    except KeyError as exc:
-        raise RemoteError(f"{what}: unknown placeholder ${{{exc.args[0]}}} in {text!r}; "
-                          f"known: {', '.join(sorted(values))}") from None
-    except ValueError as exc:
-        raise RemoteError(f"{what}: bad placeholder in {text!r}: {exc}") from None
-
-
-def optional_flags(spec: ContainerSpec, facts: NodeFacts) -> list[str]:
-    """Flags a sandboxed container runtime may refuse, each one ``"--flag value"`` (split on the first space)."""
-    flags = [f"--ulimit {u}" for u in spec.ulimits]
-    flags += [f"--cap-add={cap}" for cap in (getattr(spec, "cap_add", ()) or ())]
-    for dev in spec.devices:
-        if dev == "/dev/infiniband" and not facts.infiniband:
-            continue  # only where present on the node
-        flags.append(f"--device={dev}")
-    if spec.privileged:
-        flags.append("--privileged")
-    return flags
-
-
-def docker_run_argv(spec: ContainerSpec, image: str, name: str, labels: Mapping[str, str], *, node: Node,
-                    facts: NodeFacts, env: Mapping[str, str], workdir: str | None, command: list[str],
-                    log_dir: str | None = None, detach: bool = False, extra_mounts: list[str] = ()) -> list[str]:
-    """The full ``docker run`` argv (pure; tests check it as a list)."""
-    argv = ["docker", "run", "--rm", "--name", name]
-    if detach:
-        argv.append("-d")
-    for k, v in labels.items():
-        argv += ["--label", f"{k}={v}"]
-    if facts.nvidia_runtime:
-        argv += ["--gpus", "all"]
-    if spec.shm_size:
-        argv.append(f"--shm-size={spec.shm_size}")
-    for flag in optional_flags(spec, facts):
-        if flag not in facts.dropped_flags:
-            argv += flag.split(" ", 1)
-    if spec.net_host:
-        argv.append("--net=host")
-    if spec.ipc_host:
-        argv.append("--ipc=host")
-    values = {"data_dir": node.data_dir or "", "workdir": node.workdir, "node": node.name}
-    for m in list(spec.mounts) + list(node.mounts) + list(extra_mounts):
-        argv += ["-v", expand(m, values, f"mount for node {node.name}")]
-    if log_dir:
-        argv += ["-v", f"{log_dir}:{CONTAINER_LOG_DIR}"]
-    for k, v in env.items():
-        argv += ["-e", f"{k}={v}"]
-    if workdir:
-        argv += ["-w", workdir]
-    argv.append(image)
-    argv += list(command)
-    return argv
-
 
 # ---- runtimes --------------------------------------------------------------------------
 class HostRuntime:
@@ -203,11 +59,11 @@ class HostRuntime:
         return out
 
     def node_command(self, spec: LaunchSpec, *, trial: Trial, run_id: str, node: Node, node_rank: int,
-                     facts: NodeFacts, log_dir: str, attempt: int = 1) -> str:
+                     facts: NodeFacts, log_dir: str, attempt: int = 1) -> JobCommand:
         env = dict(spec.env)
         env[TRIAL_ENV] = trial.key
         env["DLPERF_OUT"] = log_dir
-        return LaunchSpec(spec.argv, env, spec.workdir).shell()
+        return JobCommand(list(spec.argv), env, cwd=spec.workdir, mkdirs=(log_dir,))
 
     def mpi_helpers(self, *a, **kw) -> list[str]:
         return []
@@ -243,30 +99,35 @@ class DockerRuntime(HostRuntime):
         self._mpi_key: tuple[str, str] | None = None
 
     # ---- preparation ---------------------------------------------------------------
-    def login(self, pool: SSHPool, node: str) -> None:
+    def pull(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:
+        """Log in (when the inventory names a registry) and pull the image unless the node has it.
+        The login lives in a per-run DOCKER_CONFIG that is removed before this returns."""
         reg = self.registry
         if reg is None:
+            res = pool.run(node, image_inspect_command(self.image), timeout=60)
+            if res.rc != 0:
+                pr = pool.run(node, pull_command(self.image), timeout=3600)
+                if pr.rc != 0:
+                    raise RemoteError(f"node {node}: docker pull {self.image} failed: {pr.stderr.strip()[-400:]}",
+                                      node=node)
+                facts.pulled = True
+                res = pool.run(node, image_inspect_command(self.image), timeout=60, check=True)
+            facts.image_digest = parse_digest(res.stdout, self.image)
             return
         password = reg.resolve_password()
         if not password:
             raise RemoteError(f"registry {reg.server}: no password (set the environment variable "
                               f"{reg.password_env or '<password_env>'} or the connection's password)", node=node)
-        res = pool.run(node, login_command(reg), stdin=password + "\n", timeout=120)
+        res = pool.run(node, registry_pull_command(reg, self.image), stdin=password + "\n", timeout=3600)
+        err = (res.stderr or res.stdout).replace(password, "***").strip()[-400:]
+        if res.rc == LOGIN_FAILED_RC:
+            raise RemoteError(f"docker login to registry {reg.server} as {reg.resolve_username()!r} failed on node "
+                              f"{node}: {err}", node=node)
         if res.rc != 0:
-            err = (res.stderr or res.stdout).replace(password, "***").strip()[-400:]
-            raise RemoteError(f"docker login to registry {reg.server} as {reg.resolve_username()!r} failed on node {node}: "
-                              f"{err}", node=node)
-
-    def pull(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:
-        res = pool.run(node, image_inspect_command(self.image), timeout=60)
-        if res.rc != 0:
-            pr = pool.run(node, pull_command(self.image), timeout=3600)
-            if pr.rc != 0:
-                raise RemoteError(f"node {node}: docker pull {self.image} failed: {pr.stderr.strip()[-400:]}",
-                                  node=node)
-            facts.pulled = True
-            res = pool.run(node, image_inspect_command(self.image), timeout=60, check=True)
-        facts.image_digest = parse_digest(res.stdout, self.image)
+            raise RemoteError(f"node {node}: docker pull {self.image} failed (exit {res.rc}): {err}", node=node)
+        lines = res.stdout.strip().splitlines()
+        facts.pulled = "PULLED" in lines
+        facts.image_digest = parse_digest(lines[-1] if lines else "", self.image)
 
     def probe_flags(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:
         """Start a throwaway container per optional suite flag (ulimits, caps, devices, privileged); a flag the
@@ -294,7 +155,6 @@ class DockerRuntime(HostRuntime):
             facts = super(DockerRuntime, self).prepare(pool, [n])[n]
             if not facts.docker:
                 raise RemoteError(f"node {n}: docker is not usable (not installed or daemon not running)", node=n)
-            self.login(pool, n)
             self.pull(pool, n, facts)
             self.probe_flags(pool, n, facts)
             return facts
@@ -323,16 +183,17 @@ class DockerRuntime(HostRuntime):
         return {LABEL_RUN: run_id, LABEL_TRIAL: trial.key, LABEL_NODE: node}
 
     def node_command(self, spec: LaunchSpec, *, trial: Trial, run_id: str, node: Node, node_rank: int,
-                     facts: NodeFacts, log_dir: str, attempt: int = 1, mpi_key_dir: str | None = None) -> str:
+                     facts: NodeFacts, log_dir: str, attempt: int = 1, mpi_key_dir: str | None = None) -> JobCommand:
         env = dict(spec.env)
         env[TRIAL_ENV] = trial.key
         env["DLPERF_OUT"] = CONTAINER_LOG_DIR
         mounts = [f"{mpi_key_dir}:/root/.ssh:ro"] if mpi_key_dir else []
         argv = docker_run_argv(self.spec, self.image, self.container_name(run_id, trial, node.name, attempt),
-                               self.labels(run_id, trial, node.name), node=node, facts=facts, env=env,
-                               workdir=spec.workdir, command=spec.argv, log_dir=log_dir, extra_mounts=mounts)
-        # no ``exec``: the job wrapper must survive docker to record its exit code
-        return f"mkdir -p {shlex.quote(log_dir)} && " + shlex.join(argv)
+                               self.labels(run_id, trial, node.name), node=node, facts=facts,
+                               env_file="/dev/stdin", workdir=spec.workdir, command=spec.argv, log_dir=log_dir,
+                               extra_mounts=mounts)
+        # the docker client itself carries DLPERF_TRIAL too (the leftover scan looks for it)
+        return JobCommand(argv, {TRIAL_ENV: trial.key}, mkdirs=(log_dir,), stdin=docker_env_file(env))
 
     def mpi_key_files(self) -> dict[str, bytes]:
         """Files for ``/root/.ssh`` inside the MPI containers: a fresh per-run key pair."""
@@ -369,9 +230,9 @@ class DockerRuntime(HostRuntime):
     def mpi_helper_command(self, *, trial: Trial, run_id: str, node: Node, facts: NodeFacts, log_dir: str,
                            key_dir: str, attempt: int = 1) -> str:
         """Detached helper container running sshd for mpirun (on every node of the trial)."""
-        env = {TRIAL_ENV: trial.key}
         argv = docker_run_argv(self.spec, self.image, self.container_name(run_id, trial, node.name, attempt, "sshd"),
-                               self.labels(run_id, trial, node.name), node=node, facts=facts, env=env,
+                               self.labels(run_id, trial, node.name), node=node, facts=facts, env_file=None,
+                               marker_env=f"{TRIAL_ENV}={trial.key}",
                                workdir=None, command=self.sshd_argv(node), log_dir=log_dir, detach=True,
                                extra_mounts=[f"{key_dir}:/root/.ssh:ro"])
         return f"mkdir -p {shlex.quote(log_dir)} && " + shlex.join(argv)
@@ -391,26 +252,6 @@ class DockerRuntime(HostRuntime):
         return (f'ids="$({ls})"; if [ -n "$ids" ]; then docker rm -f $ids >/dev/null 2>&1; ids="$({ls})"; fi; '
                 f"{extra + '; ' if extra else ''}echo @@containers; echo \"$ids\"; "
                 f"echo @@procs; {trial_process_check_command(trial_key)}")
-
-
-def parse_digest(inspect_out: str, image: str) -> str | None:
-    """``repo@sha256:...`` for the image's repository from ``docker image inspect`` output, else the image id."""
-    text = inspect_out.strip()
-    if not text:
-        return None
-    js, _, image_id = text.partition(" ")
-    try:
-        digests = json.loads(js) or []
-    except ValueError:
-        digests = []
-    repo = image.split("@")[0]
-    last = repo.rsplit("/", 1)[-1]
-    if ":" in last:
-        repo = repo[: repo.rfind(":")]
-    for d in digests:
-        if d.split("@")[0] == repo:
-            return d
-    return digests[0] if digests else (image_id.strip() or None)
 
 
 def make_runtime(container: ContainerSpec | None, image: str | None = None, registry: Registry | None = None,

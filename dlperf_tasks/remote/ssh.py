@@ -42,13 +42,21 @@ class CommandTimeout(RemoteError):
     """A command ran past its timeout (the connection itself may be fine)."""
 
 
-def _load_pkey(text: str, node: str) -> paramiko.PKey:
+def _load_pkey(text: str, node: str, passphrase: str | None) -> paramiko.PKey:
+    """The key from its text (never written to a file). A wrong or missing passphrase and an
+    unreadable key are reported without any part of the key or the passphrase."""
+    need_passphrase = False
     for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
         try:
-            return cls.from_private_key(io.StringIO(text))
+            return cls.from_private_key(io.StringIO(text), password=passphrase)
+        except paramiko.PasswordRequiredException:
+            need_passphrase = True
         except (paramiko.SSHException, ValueError):
             continue
-    raise RemoteError(f"node {node}: the private key given in the connection cannot be read", node=node)
+    if need_passphrase:
+        raise RemoteError(f"node {node}: the private key is encrypted and no passphrase was given", node=node)
+    raise RemoteError(f"node {node}: the private key given in the connection cannot be read "
+                      f"(or its passphrase is wrong)", node=node)
 
 
 class SSHPool:
@@ -89,9 +97,11 @@ class SSHPool:
                   auth_timeout=self.connect_timeout or node.connect_timeout,
                   allow_agent=False, look_for_keys=False)
         if node.private_key:
-            kw["pkey"] = _load_pkey(node.private_key, node.name)
+            kw["pkey"] = _load_pkey(node.private_key, node.name, node.private_key_passphrase or node.password)
         elif node.key_file:
             kw["key_filename"] = node.key_file
+            if node.private_key_passphrase:
+                kw["passphrase"] = node.private_key_passphrase
         if node.password:
             kw["password"] = node.password
         try:

@@ -7,6 +7,11 @@
   ``<model>_latency.png`` (ms/iteration per parallel case).
 - :func:`trend_png` draws a cell's history (median per run, trial min-max band, trials).
 
+Honest axes: throughput, speedup and latency axes start at zero (a 1 % drop does not look
+like a cliff), the GPU axis has integer ticks at the measured GPU counts, every median carries
+an error bar from the trials' min to max, and the trend's x-axis is the runs' start time with
+the run id under each labelled tick.
+
 Both use ``matplotlib.figure.Figure`` with the Agg canvas, so they are safe in threads (the
 results web page renders plots on request) and never touch the global pyplot backend.
 """
@@ -66,15 +71,37 @@ def plot_groups(result: Mapping[str, Any]) -> dict[tuple[str, str], dict[int, li
     return groups
 
 
+def _spread(c: Mapping[str, Any], med: float, scale: float = 1.0) -> tuple[float, float]:
+    """(below, above) of the trials' min..max around ``med`` (0 when unknown)."""
+    lo, hi = c.get("min"), c.get("max")
+    if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)):
+        vals = [float(v) for v in c.get("values") or [] if isinstance(v, (int, float))]
+        lo, hi = (min(vals), max(vals)) if vals else (med * scale, med * scale)
+    return max(0.0, med - lo * scale), max(0.0, hi * scale - med)
+
+
+def _gpu_axis(ax, gpus: Iterable[int]) -> None:
+    ticks = sorted({int(g) for g in gpus})
+    if ticks:
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(t) for t in ticks])
+        ax.set_xlim(0, max(ticks) * 1.08 + 0.5)
+    ax.set_ylim(bottom=0)
+
+
 def throughput_figure(model: str, prec: str, by_bz: Mapping[int, list], suite: str = ""):
     fig = _figure()
     ax = fig.add_subplot(111)
+    gpus: list[int] = []
     for bz, cells in sorted(by_bz.items()):
         xs = [int(c["gpus"]) for c in cells]
         ys = [float(c["median_speed"]) for c in cells]
-        ax.plot(xs, ys, marker="o", label=f"bz{bz}")
+        err = list(zip(*[_spread(c, y) for c, y in zip(cells, ys)])) if cells else [[], []]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"bz{bz} (bars: trial min-max)")
+        gpus += xs
         for x, y, c in zip(xs, ys, cells):
             ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+    _gpu_axis(ax, gpus)
     ax.set_xlabel("number of GPUs")
     ax.set_ylabel("throughput (samples/s, median of trials)")
     ax.set_title(f"{suite + ': ' if suite else ''}{model} {prec} throughput")
@@ -96,6 +123,7 @@ def speedup_figure(model: str, prec: str, by_bz: Mapping[int, list], suite: str 
         for x, y in pts:
             ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
     ax.plot([1, max_gpus], [1, max_gpus], linestyle="--", color="grey", label="ideal (linear)")
+    _gpu_axis(ax, [int(c["gpus"]) for cells in by_bz.values() for c in cells])
     ax.set_xlabel("number of GPUs")
     ax.set_ylabel("speedup vs 1n1g")
     ax.set_title(f"{suite + ': ' if suite else ''}{model} {prec} speedup")
@@ -109,7 +137,9 @@ def latency_figure(cells: list[Mapping[str, Any]], suite: str = ""):
     ax = fig.add_subplot(111)
     labels = [str(c.get("layout_case") or c.get("topology")) for c in cells]
     vals = [float(c["median_speed"]) for c in cells]
-    ax.bar(range(len(vals)), vals)
+    err = list(zip(*[_spread(c, v) for c, v in zip(cells, vals)])) if cells else None
+    ax.bar(range(len(vals)), vals, yerr=err, capsize=3)
+    ax.set_ylim(bottom=0)
     ax.set_xticks(range(len(vals)))
     ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("latency (ms/iteration, median)")
@@ -160,33 +190,52 @@ def render_plots(result: Mapping[str, Any], out_dir: str | os.PathLike) -> list[
     return paths
 
 
-def trend_png(points: Iterable[Mapping[str, Any]], *, title: str, unit: str,
-              path: str | os.PathLike | None = None, baseline: float | None = None) -> bytes:
-    """History of one cell: median per run (line), min-max of the trials (band), trials (dots).
-    ``points``: dicts with ``date``/``run_id``, ``median``, ``trial_values`` (oldest first)."""
+def _when(p: Mapping[str, Any]):
+    import datetime as dt
+
+    text = str(p.get("started_at") or p.get("date") or "")
+    try:
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def trend_figure(points: Iterable[Mapping[str, Any]], *, title: str, unit: str, baseline: float | None = None):
+    """History of one cell: median per run with min-max error bars, trials (dots), the
+    history median; x = the runs' start time, labelled ticks carry date and run id."""
     pts = [p for p in points if p.get("median") is not None]
-    fig = _figure(9.0, 4.5)
+    fig = _figure(10.0, 5.0)
     ax = fig.add_subplot(111)
-    xs = list(range(len(pts)))
-    meds = [float(p["median"]) for p in pts]
-    lo = [min(p.get("trial_values") or [p["median"]]) for p in pts]
-    hi = [max(p.get("trial_values") or [p["median"]]) for p in pts]
-    if pts:
-        ax.fill_between(xs, lo, hi, alpha=0.2, label="trial min-max")
+    if not pts:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    else:
+        times = [_when(p) for p in pts]
+        xs = times if all(t is not None for t in times) else list(range(len(pts)))
+        meds = [float(p["median"]) for p in pts]
+        err = list(zip(*[_spread({"values": p.get("trial_values")}, m) for p, m in zip(pts, meds)]))
         tx = [x for x, p in zip(xs, pts) for _ in (p.get("trial_values") or [])]
         ty = [v for p in pts for v in (p.get("trial_values") or [])]
         ax.scatter(tx, ty, s=4, alpha=0.4, label="trials")
-        ax.plot(xs, meds, marker="o", markersize=3, label="median")
+        ax.errorbar(xs, meds, yerr=err, marker="o", markersize=3, capsize=2, label="median (bars: trial min-max)")
         if baseline is not None:
             ax.axhline(baseline, linestyle="--", color="grey", label="history median")
-        step = max(1, len(pts) // 12)
+        step = max(1, len(pts) // 10)
         ax.set_xticks(xs[::step])
-        ax.set_xticklabels([str(p.get("date") or p.get("run_id"))[:10] for p in pts][::step],
-                           rotation=45, ha="right", fontsize=7)
-        ax.legend(fontsize=8)
-    else:
-        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xticklabels([f"{str(p.get('started_at') or p.get('date') or '')[:16].replace('T', ' ')}\n"
+                            f"{str(p.get('run_id') or '')[-24:]}" for p in pts][::step],
+                           rotation=45, ha="right", fontsize=6)
+        ax.set_xlabel("run start (UTC) and run id")
+        ax.legend(fontsize=8, loc="lower left")
+    ax.set_ylim(bottom=0)
     ax.set_ylabel(unit)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    return _save(fig, path)
+    return fig
+
+
+def trend_png(points: Iterable[Mapping[str, Any]], *, title: str, unit: str,
+              path: str | os.PathLike | None = None, baseline: float | None = None) -> bytes:
+    """PNG of :func:`trend_figure`. ``points``: dicts with ``started_at``/``date``, ``run_id``,
+    ``median``, ``trial_values`` (oldest first)."""
+    return _save(trend_figure(points, title=title, unit=unit, baseline=baseline), path)

@@ -125,6 +125,10 @@ def trial_to_dict(r: TrialResult) -> dict[str, Any]:
         "metric": None if m is None else {
             "kind": MetricKind(m.kind).value, "value": _num(m.value),
             "memory_mib": _num(m.memory_mib), "throughput": _num(m.throughput),
+            # what memory_mib is and where it came from (never nvidia-smi's figure unless it says so),
+            # and the parser's details: framework's own figure, disagreement, flags, samples per step
+            "memory_source": getattr(m, "memory_source", None),
+            "details": {k: (_num(v) if isinstance(v, float) else v) for k, v in (getattr(m, "details", None) or {}).items()},
         },
         "node_names": list(r.nodes),
         "exit_codes": dict(r.exit_codes),
@@ -148,7 +152,8 @@ def trial_from_dict(cell: Cell, d: Mapping[str, Any]) -> TrialResult:
     metric = None
     if m is not None:
         metric = TrialMetric(value=_num_back(m.get("value")), kind=MetricKind(m.get("kind", "throughput")),
-                             memory_mib=_num_back(m.get("memory_mib")), throughput=_num_back(m.get("throughput")))
+                             memory_mib=_num_back(m.get("memory_mib")), throughput=_num_back(m.get("throughput")),
+                             memory_source=m.get("memory_source"), details=dict(m.get("details") or {}))
     unit = "ms/iter" if metric is not None and metric.kind == MetricKind.LATENCY else "samples/s"
     samples = [Sample(iteration=int(row[0]), value=_num_back(row[1]), unit=unit,
                       rank=int(row[2]) if len(row) > 2 and row[2] is not None else None)
@@ -158,6 +163,25 @@ def trial_from_dict(cell: Cell, d: Mapping[str, Any]) -> TrialResult:
         metric=metric, samples=samples, log_paths=list(d.get("logs") or ([d["log"]] if d.get("log") else [])),
         nodes=list(d.get("node_names", [])), exit_codes=dict(d.get("exit_codes", {})),
         started_at=d.get("started_at"), finished_at=d.get("finished_at"))
+
+
+TRIAL_RECORD_VERSION = 1
+
+
+def trial_record(r: TrialResult) -> dict[str, Any]:
+    """The ONE on-disk / in-transit form of a finished trial (run dir ``trials/<key>.json``, the
+    per-trial task's return value): ``{"record": 1, "cell": Cell.to_dict(), "trial": trial_to_dict(r)}``."""
+    return {"record": TRIAL_RECORD_VERSION, "cell": r.trial.cell.to_dict(), "trial": trial_to_dict(r)}
+
+
+def trial_from_record(doc: Mapping[str, Any]) -> TrialResult:
+    """Inverse of :func:`trial_record`; raises ResultFormatError on anything else."""
+    try:
+        if doc.get("record") != TRIAL_RECORD_VERSION:
+            raise ValueError(f"record version {doc.get('record')!r}")
+        return trial_from_dict(Cell.from_dict(doc["cell"]), doc["trial"])
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ResultFormatError(f"not a trial record: {type(exc).__name__}: {exc}") from None
 
 
 def trials_from_result(result: Mapping[str, Any]) -> list[TrialResult]:

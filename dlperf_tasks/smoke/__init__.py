@@ -1,5 +1,4 @@
-"""The smoke suite: a real, small BERT-style PyTorch trainer (``train_bert.py``) and a
-tiny local-process runner (``local_runner.py``) so the whole pipeline runs on any machine.
-
-Nothing here imports Airflow; ``train_bert.py`` imports torch only when executed.
+"""The smoke suite: a real, small BERT-style PyTorch trainer (``train_bert.py``), run as worker
+processes on this machine by the local runtime (``dlperf_tasks.remote.local``), so the whole
+pipeline runs on any machine. ``train_bert.py`` imports torch only when executed.
 """

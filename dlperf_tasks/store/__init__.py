@@ -10,7 +10,7 @@ endpoint/bucket/key in the message)::
     store = Store.from_settings({"type": "s3", "bucket": "b", "prefix": "dlperf",
                                  "endpoint_url": "https://oss-cn-hangzhou.aliyuncs.com",
                                  "region": "cn-hangzhou", "addressing_style": "virtual"})
-    store = Store.from_settings({"connection": airflow_aws_conn_dict, "bucket": "b"})
+    store = Store.from_settings({"connection": aws_conn_dict, "bucket": "b"})
     store = Store.default()            # $DLPERF_STORE_URL or file://~/.local/share/dlperf/store
 
     # publish (see store/publish.py): spool -> logs -> result/report/plots -> manifest -> index
@@ -40,7 +40,7 @@ endpoint/bucket/key in the message)::
 
 Credentials come only from the environment (``DLPERF_S3_ACCESS_KEY_ID`` /
 ``DLPERF_S3_SECRET_ACCESS_KEY``, or boto3's ``AWS_*`` chain) or from an Airflow connection
-dict passed in by the airflow layer; never from URLs or code. Key names: store/layout.py.
+dict passed in by the scheduler layer; never from URLs or code. Key names: store/layout.py.
 Redaction: store/redact.py. This package imports no Airflow.
 """
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import io
-import json
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -264,6 +263,29 @@ class S3Settings:
         if self.addressing_style not in ("auto", "path", "virtual"):
             raise StoreError(f"S3 store: addressing_style must be auto, path or virtual, "
                              f"got {self.addressing_style!r}")
+        if self.endpoint_url and _endpoint_has_credentials(self.endpoint_url):
+            # the message never repeats the endpoint: it would print the credentials
+            raise StoreError("S3 store: the endpoint URL must not contain credentials (user:password@ or a "
+                             "key/secret/token parameter); set DLPERF_S3_ACCESS_KEY_ID/DLPERF_S3_SECRET_ACCESS_KEY "
+                             "or use an Airflow connection")
+
+
+_CREDENTIAL_PARAMS = ("access_key", "accesskey", "secret", "password", "passwd", "token", "signature",
+                      "credential", "x-amz-security-token")
+
+
+def _endpoint_has_credentials(url: str) -> bool:
+    """``https://KEY:SECRET@host``, ``https://user@host`` or ``?secret_key=...`` in an endpoint."""
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(str(url).strip())
+    except ValueError:
+        return "@" in str(url)
+    if "@" in parts.netloc or parts.username or parts.password:
+        return True
+    keys = [k.lower() for k, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
+    return any(w in k for k in keys for w in _CREDENTIAL_PARAMS)
 
 
 _AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken",
@@ -489,12 +511,9 @@ def settings_from_connection(conn: Mapping[str, Any]) -> dict[str, Any]:
     """An Airflow AWS connection as a plain dict (``login``, ``password``, ``extra`` with
     ``endpoint_url``, ``region_name``, ``addressing_style`` / ``s3: {addressing_style}``,
     optionally ``bucket``/``prefix``) -> store settings keys. No Airflow import."""
-    extra = conn.get("extra") or {}
-    if isinstance(extra, str):
-        try:
-            extra = json.loads(extra or "{}")
-        except ValueError:
-            raise StoreError(f"connection {conn.get('conn_id', '?')}: extra is not valid JSON") from None
+    from dlperf_tasks.remote.connections import connection_extra
+
+    extra = connection_extra(conn, error=StoreError)
     out: dict[str, Any] = {}
     login = conn.get("login") or extra.get("aws_access_key_id")
     password = conn.get("password") or extra.get("aws_secret_access_key")

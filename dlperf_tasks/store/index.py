@@ -9,7 +9,7 @@ Summary (built by :func:`run_summary` from the *redacted* result JSON)::
 
     {"run_id", "suite", "framework", "date": "YYYY-MM-DD", "started_at", "finished_at",
      "status": "ok|partial|failed", "path": "runs/<suite>/<date>/<run_id>",
-     "manifest_sha256": "...", "n_cells": 4,
+     "manifest_sha256": "...", "n_cells": 4, "window": {"warmup": 20, "measure": 100},
      "cells": {cell_id: {"median_speed", "average_speed", "speedup", "n_valid", "n_invalid",
                          "trial_values", "metric_kind", "unit", "topology", "batch_size_per_device",
                          "precision", "model"}},
@@ -23,16 +23,16 @@ a concurrent publisher's entry is never lost, and re-publishing a run replaces i
 from __future__ import annotations
 
 import json
-import random
-import time
 from typing import Any, Mapping
 
 from dlperf_tasks.errors import StoreError
-from dlperf_tasks.store.backends import Backend, NotFound, NotSupported, PreconditionFailed
+from dlperf_tasks.store.backends import Backend, NotFound
+from dlperf_tasks.store.cas import update_document
 
 INDEX_SCHEMA_VERSION = 1
 _CELL_KEYS = ("median_speed", "average_speed", "speedup", "n_valid", "n_invalid", "metric_kind", "unit",
-              "topology", "batch_size_per_device", "precision", "model", "nodes", "gpus", "xla", "speedup_state")
+              "topology", "batch_size_per_device", "precision", "model", "nodes", "gpus", "xla", "speedup_state",
+              "final_losses", "gpu_memory_mib")  # telemetry/loss (issue 16): the history "fast but wrong?" reads
 
 
 def run_status(result: Mapping[str, Any]) -> str:
@@ -70,6 +70,7 @@ def run_summary(result: Mapping[str, Any], path: str, date: str, manifest_sha256
         "date": date, "started_at": run.get("started_at"), "finished_at": run.get("finished_at"),
         "status": run_status(result), "path": path, "manifest_sha256": manifest_sha256,
         "n_cells": len(cells), "cells": cells, "env": env,
+        "window": run.get("window"),  # the training length: final losses compare only within one (issue 16.5)
     }
 
 
@@ -115,29 +116,13 @@ def update_index(backend: Backend, key: str, summary: Mapping[str, Any], attempt
                  base_delay: float = 0.05) -> None:
     """Insert/replace ``summary`` in the index at ``key`` without losing concurrent updates."""
     suite = str(summary.get("suite"))
-    conditional = backend.supports_conditional
-    last: Exception | None = None
-    for attempt in range(attempts):
-        doc, etag = read_index(backend, key, suite)
+
+    def apply(doc: dict, _etag: str | None) -> tuple[bytes | None, None]:
         existing = next((r for r in doc["runs"] if r.get("run_id") == summary["run_id"]), None)
         if existing is not None and all(existing.get(k) == v for k, v in summary.items()):
-            return  # already there, nothing to write (idempotent re-publish)
-        new = _encode(_merged(doc, summary))
-        try:
-            if conditional:
-                backend.put_bytes(key, new, content_type="application/json",
-                                  if_match=etag, if_none_match=etag is None)
-            else:
-                backend.put_bytes(key, new, content_type="application/json")
-            # verify in both modes: an endpoint that silently ignores If-Match is caught here
-            check, _ = read_index(backend, key, suite)
-            if any(r.get("run_id") == summary["run_id"] for r in check["runs"]):
-                return
-            last = StoreError(f"{backend.describe(key)}: index entry vanished after write (concurrent writer)")
-        except NotSupported:
-            conditional = False  # endpoint without conditional PUT: read-modify-write + verify
-            continue
-        except PreconditionFailed as exc:
-            last = exc
-        time.sleep(base_delay * (2 ** attempt) * (0.5 + random.random()))
-    raise StoreError(f"{backend.describe(key)}: could not update the index after {attempts} attempts: {last}")
+            return None, None  # already there, nothing to write (idempotent re-publish)
+        return _encode(_merged(doc, summary)), None
+
+    update_document(backend, key, lambda: read_index(backend, key, suite), apply,
+                    lambda back: any(r.get("run_id") == summary["run_id"] for r in back["runs"]),
+                    what="the index", attempts=attempts, base_delay=base_delay)

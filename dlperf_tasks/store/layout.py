@@ -12,6 +12,16 @@ builds keys by hand.
                                                /annotations/<name>.json  added later (e.g. regressions)
     <prefix>/index/<suite>.json                 run summaries of a suite (one read for history)
     <prefix>/index/runs/<run_id>.json           pointer {suite, date, path} (find a run by id)
+    <prefix>/staging-dag-runs/<hash>.json       PRIVATE: run ids of one scheduled run (a cleared DAG run
+                                                planned on another worker reuses them)
+    <prefix>/staging/<run_id>/<relpath>         PRIVATE, unredacted: a scheduled run's files passed
+                                                between tasks on different workers (plan.json,
+                                                node-facts.json, trials/, logs/, outputs); never
+                                                listed as a run, never published as is
+    <prefix>/state/<name>.json                  PRIVATE: the service's operating state shared by every
+                                                worker and the CLI (``state/quarantine.json``: nodes kept
+                                                out of trials, ``dlperf cluster clear NODE``); never
+                                                listed as a run or an index, never published
 
 ``<prefix>`` may be empty. Run ids, suites and relative paths are validated so that no
 component can escape its directory (``..``, ``/``, NUL, newlines, backslashes...).
@@ -31,6 +41,9 @@ LOGS_TAR = "logs.tar.gz"
 LOGS_DIR = "logs"
 PLOTS_DIR = "plots"
 ANNOTATIONS_DIR = "annotations"  # written after publish (e.g. regressions); not in the manifest
+STAGING_DIR = "staging"  # private hand-over area between tasks (no shared disk between workers)
+STAGING_GROUPS_DIR = "staging-dag-runs"  # private: the run ids of each scheduled run (re-runs reuse them)
+STATE_DIR = "state"  # private: the service's operating state (quarantine), shared by all workers
 
 # run ids: Airflow dag_run_ids look like "manual__2026-01-02T03:04:05.123+00:00".
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@=-]{0,199}$")
@@ -149,6 +162,30 @@ class Layout:
         if "/" in name or not _SUITE_RE.fullmatch(name):
             return None
         return name
+
+    # ---- staging (private; between the tasks of one scheduled run) -------------------
+    def staging_prefix(self, run_id: str) -> str:
+        """Full key prefix of a run's staging area, ending with ``/``."""
+        return self._key(STAGING_DIR, validate_run_id(run_id)) + "/"
+
+    def staging_key(self, run_id: str, rel: str) -> str:
+        return self.staging_prefix(run_id) + validate_relpath(rel)
+
+    def staging_group_key(self, name: str) -> str:
+        """``staging-dag-runs/<name>``: the run-id record of one scheduled run (``engine.rundir.group_run_record``)."""
+        return self._key(STAGING_GROUPS_DIR, validate_relpath(name))
+
+    def staged_rel(self, run_id: str, key: str) -> str | None:
+        """Staging key -> run-relative path (None for a key outside that run's staging area)."""
+        base = self.staging_prefix(run_id)
+        return key[len(base):] if key.startswith(base) and len(key) > len(base) else None
+
+    # ---- service state (private; shared by every worker and the CLI) -----------------
+    def state_key(self, name: str) -> str:
+        """``state/<name>.json`` (name: letters, digits, _ and -), e.g. ``state/quarantine.json``."""
+        if not isinstance(name, str) or not _ANNOTATION_RE.fullmatch(name):
+            raise StoreError(f"invalid state name {name!r}: use letters, digits, _ and - (max 64)")
+        return self._key(STATE_DIR, f"{name}.json")
 
     # ---- run-relative names -------------------------------------------------------
     @staticmethod

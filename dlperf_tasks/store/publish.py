@@ -18,7 +18,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from dlperf_tasks.errors import StoreError
 from dlperf_tasks.store import layout as L
@@ -27,8 +27,19 @@ from dlperf_tasks.store.index import run_summary, update_index
 from dlperf_tasks.store.redact import Redactor
 from dlperf_tasks.store.spool import Spool
 
-if TYPE_CHECKING:  # pragma: no cover
-    from dlperf_tasks.store.store import Store
+
+
+class StoreLocation(Protocol):
+    """What publishing needs of a store (dlperf_tasks.store.store.Store has it; this module
+    does not import that one, which imports this one)."""
+
+    backend: Backend
+    layout: L.Layout
+    retry: "RetryPolicy"
+
+    def redactor(self, inventory: Any = None) -> Redactor: ...
+
+    def url(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -101,7 +112,7 @@ def upload_object(backend: Backend, key: str, path: Path, size: int, sha256: str
     return _with_retry(once, policy, key)
 
 
-def publish_run(store: "Store", run_dir: str | Path, *, redactor: Redactor | None = None,
+def publish_run(store: StoreLocation, run_dir: str | Path, *, redactor: Redactor | None = None,
                 resume: bool = False, policy: RetryPolicy | None = None,
                 on_uploaded: Callable[[str, int], None] | None = None) -> PublishResult:
     """Publish ``run_dir`` to ``store`` (see module docstring).

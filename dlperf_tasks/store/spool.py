@@ -21,8 +21,6 @@ byte-identical objects, and ``--resume`` uploads the spool as it is.
 from __future__ import annotations
 
 import gzip
-import hashlib
-import io
 import json
 import os
 import shutil
@@ -34,7 +32,8 @@ from typing import Any, Mapping
 from dlperf_tasks.errors import StoreError
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import sha256_file
-from dlperf_tasks.store.redact import Redactor, Secrets, find_leaks
+from dlperf_tasks.store.leakscan import scan_spool
+from dlperf_tasks.store.redact import Redactor, Secrets, read_node_identities
 
 SPOOL_DIR = "publish-spool"
 MANIFEST_SCHEMA_VERSION = 1
@@ -128,7 +127,8 @@ class Spool:
             return Secrets()
         d = _read_json(p, "publish spool")
         return Secrets(hosts=tuple(d.get("hosts", ())), names=tuple(d.get("names", ())),
-                       users=tuple(d.get("users", ())), check_ips=bool(d.get("check_ips", True)))
+                       users=tuple(d.get("users", ())), check_ips=bool(d.get("check_ips", True)),
+                       extra=tuple(d.get("extra", ())))
 
     # ---- integrity ------------------------------------------------------------------
     def verify(self) -> None:
@@ -142,37 +142,12 @@ class Spool:
                 raise StoreError(f"publish spool {self.root}: {e['path']} does not match the manifest "
                                  f"(changed after spooling); rebuild with 'dlperf publish {self.run_dir}'")
 
-    def check_leaks(self, secrets: Secrets | None = None) -> None:
-        """Refuse if any spooled text object still contains a known secret or an IP address."""
-        secrets = secrets or self.secrets()
-        if not (secrets.terms() or secrets.check_ips):
-            return
-        for e in self.manifest["objects"]:
-            p = self.file(e["path"])
-            if e["path"].endswith(".tar.gz"):
-                # members identical (sha256) to an individually listed log were scanned already
-                known = {x["path"]: x["sha256"] for x in self.manifest["objects"]}
-                with tarfile.open(p, "r:gz") as tar:
-                    for m in tar.getmembers():
-                        if m.isfile():
-                            data = tar.extractfile(m)
-                            h = hashlib.sha256()
-                            for block in iter(lambda: data.read(1 << 20), b""):
-                                h.update(block)
-                            if known.get(m.name) != h.hexdigest():
-                                _check_stream(tar.extractfile(m), secrets, f"{e['path']}:{m.name}")
-                        leaks = find_leaks(m.name, secrets)
-                        if leaks:
-                            raise StoreError(f"refusing to publish {e['path']}: member name {m.name!r} "
-                                             f"contains {', '.join(leaks)}")
-                continue
-            leaks = find_leaks(e["path"], secrets)
-            if leaks:
-                raise StoreError(f"refusing to publish: object path {e['path']!r} contains {', '.join(leaks)}")
-            if p.suffix.lower() in _BINARY_SUFFIXES:
-                continue
-            with open(p, "rb") as f:
-                _check_stream(f, secrets, e["path"])
+    def check_leaks(self, secrets: Secrets | None = None, planted: list[str] | None = None) -> None:
+        """Refuse (StoreError naming object and line) if the independent leak scanner
+        (``store/leakscan.py``) finds a known name/address, a planted secret, or anything
+        address- or credential-shaped in any spooled object."""
+        s = secrets or self.secrets()
+        scan_spool(self, known=[*s.hosts, *s.names, *s.users, *s.extra], planted=planted or ())
 
     # ---- load / build ----------------------------------------------------------------
     @classmethod
@@ -197,6 +172,8 @@ class Spool:
         run_dir = Path(run_dir)
         if not run_dir.is_dir():
             raise StoreError(f"run directory {run_dir} does not exist")
+        # what prepare learnt about every node (node_identity), and this machine's own names
+        redactor = redactor.with_identities(read_node_identities(run_dir))
         result_path = run_dir / L.RESULT
         result = _read_json(result_path, f"run directory {run_dir}")
         run = result.get("run") if isinstance(result, dict) else None
@@ -232,28 +209,23 @@ class Spool:
                 L.validate_relpath(rel)
                 dest = objects / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                with open(p, encoding="utf-8", errors="surrogateescape", newline="") as src, \
-                        open(dest, "w", encoding="utf-8", errors="surrogateescape", newline="") as dst:
-                    redactor.redact_stream(src, dst)
+                _redact_file(redactor, p, dest)
                 log_rels.append(rel)
             if log_rels:
                 _make_tar(objects / L.LOGS_TAR, objects, log_rels)
                 entries.append(_entry(objects, L.LOGS_TAR))
                 entries.extend(_entry(objects, r) for r in log_rels)
 
-        text = result_path.read_text(encoding="utf-8")
-        red = redactor.redact_text(text)
+        _redact_file(redactor, result_path, objects / L.RESULT)
         try:
-            redacted_result = json.loads(red)
+            redacted_result = json.loads((objects / L.RESULT).read_text(encoding="utf-8"))
         except ValueError as exc:  # pragma: no cover - placeholders never break JSON
             raise StoreError(f"{result_path}: redaction produced invalid JSON ({exc})") from None
-        (objects / L.RESULT).write_text(red, encoding="utf-8")
         entries.append(_entry(objects, L.RESULT))
 
         report = run_dir / L.REPORT
         if report.is_file():
-            (objects / L.REPORT).write_text(redactor.redact_text(report.read_text(encoding="utf-8")),
-                                            encoding="utf-8")
+            _redact_file(redactor, report, objects / L.REPORT)
             entries.append(_entry(objects, L.REPORT))
 
         plots = run_dir / L.PLOTS_DIR
@@ -282,7 +254,7 @@ class Spool:
         s = redactor.secrets
         _write_json(root / "local-only" / "secrets.json",
                     {"hosts": list(s.hosts), "names": list(s.names), "users": list(s.users),
-                     "check_ips": s.check_ips})
+                     "check_ips": s.check_ips, "extra": list(s.extra)})
         spool = cls(run_dir=run_dir, root=root, manifest=manifest)
         if target is not None:
             spool.write_target(target)
@@ -319,20 +291,9 @@ def _make_tar(dest: Path, base: Path, rels: list[str]) -> None:
     os.replace(buf_path, dest)
 
 
-def _check_stream(f, secrets: Secrets, where: str, block: int = 1 << 20) -> None:
-    """Scan a binary stream in ~1 MiB blocks of whole lines; name the first leaking line."""
-    if f is None:
-        return
-    wrapper = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline="")
-    first_line = 1
-    while True:
-        lines = wrapper.readlines(block)
-        if not lines:
-            return
-        if find_leaks("".join(lines), secrets):
-            for n, line in enumerate(lines, first_line):
-                leaks = find_leaks(line, secrets)
-                if leaks:
-                    raise StoreError(f"refusing to publish {where} (line {n}): it still contains "
-                                     f"{', '.join(leaks)} (redaction incomplete)")
-        first_line += len(lines)
+def _redact_file(redactor: Redactor, src_path: Path, dest: Path) -> None:
+    """Stream ``src_path`` through the redactor into ``dest`` (bounded memory, any line length)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(src_path, encoding="utf-8", errors="surrogateescape", newline="") as src, \
+            open(dest, "w", encoding="utf-8", errors="surrogateescape", newline="") as dst:
+        redactor.redact_stream(src, dst)

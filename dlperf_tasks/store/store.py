@@ -23,11 +23,10 @@ _S3_QUERY_KEYS = {"endpoint", "endpoint_url", "region", "addressing_style", "con
 
 
 def default_store_url() -> str:
-    """``$DLPERF_STORE_URL``, else ``file://~/.local/share/dlperf/store``."""
-    env = os.environ.get("DLPERF_STORE_URL")
-    if env:
-        return env
-    return "file://" + str(Path("~/.local/share/dlperf/store").expanduser())
+    """The configured store (dlperf_tasks.settings: ``$DLPERF_STORE_URL``, else the one default)."""
+    from dlperf_tasks.settings import Settings
+
+    return Settings.load().store_url
 
 
 class Store:
@@ -148,7 +147,7 @@ class Store:
         return cls(S3Backend(s3), prefix, url=url, **common)
 
     @classmethod
-    def from_airflow_connection(cls, conn: Mapping[str, Any], bucket: str | None = None, prefix: str = "",
+    def from_connection(cls, conn: Mapping[str, Any], bucket: str | None = None, prefix: str = "",
                                 **kw) -> "Store":
         """An Airflow AWS connection (as a dict: login, password, extra{endpoint_url,
         region_name, addressing_style, bucket?}) -> Store. No Airflow import here."""

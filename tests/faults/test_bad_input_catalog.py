@@ -312,3 +312,89 @@ def test_a_broken_site_suite_does_not_hide_the_others(tmp_path, monkeypatch):
     assert str(err).startswith(str(tmp_path / "site-broken.yaml") + ":") and ": trials: " in str(err)
     with pytest.raises(CatalogError, match="site-broken.yaml"):
         load_suite("site-broken")
+
+
+# ------------------------------------------------------------------------- issue 13.4: one broken suite, one DAG
+def _dagbag(monkeypatch, catalog_dir: Path):
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("DLPERF_CATALOG_PATH", str(catalog_dir))
+    return DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags"))
+
+
+ALL_DAGS = {"dlperf_mxnet", "dlperf_pytorch", "dlperf_tensorflow", "dlperf_megatron", "dlperf_smoke"}
+
+
+def test_a_broken_site_suite_is_an_import_error_of_its_own_dag_only(tmp_path, monkeypatch, airflow_home):
+    """Real DagBag over dags/: `trials: x` in a site suite of the smoke group used to make the
+    factory raise for every DAG (all five disappeared); now only dlperf_smoke's module fails,
+    naming file, line and key, and the other four DAGs (and a good site suite's DAG) load."""
+    write(tmp_path, _mut("smoke", lambda d: d.update(trials="x")), "site-broken")
+    write(tmp_path, _mut("smoke", lambda d: d.update(dag="site")), "site-good")
+    bag = _dagbag(monkeypatch, tmp_path)
+    assert set(bag.dag_ids) == (ALL_DAGS - {"dlperf_smoke"}) | {"dlperf_site"}, bag.import_errors
+    (where, err), = bag.import_errors.items()
+    assert where.endswith("dags/dlperf_smoke.py")
+    assert f"{tmp_path / 'site-broken.yaml'}:" in err and ": trials: " in err and "dlperf_smoke not loaded" in err
+    assert "Traceback" not in err.split("CatalogError", 1)[-1]
+
+
+def test_a_broken_override_of_a_builtin_suite_fails_that_dag_only(tmp_path, monkeypatch, airflow_home):
+    """A site file that overrides mxnet-bert and cannot even be parsed (its group is the
+    built-in suite's): dlperf_mxnet is the import error, the rest load."""
+    (tmp_path / "mxnet-bert.yaml").write_text("id: mxnet-bert\nframework: [unclosed\n")
+    bag = _dagbag(monkeypatch, tmp_path)
+    assert set(bag.dag_ids) == ALL_DAGS - {"dlperf_mxnet"}
+    (where, err), = bag.import_errors.items()
+    assert where.endswith("dags/dlperf_mxnet.py") and "malformed YAML" in err
+
+
+def test_a_broken_suite_of_unknown_group_fails_only_the_catch_all_module(tmp_path, monkeypatch, airflow_home):
+    (tmp_path / "mystery.yaml").write_bytes(b"\xff\xfe not yaml")
+    bag = _dagbag(monkeypatch, tmp_path)
+    assert set(bag.dag_ids) == ALL_DAGS
+    (where, err), = bag.import_errors.items()
+    assert where.endswith("dags/dlperf_dags.py") and "mystery.yaml" in err and "not UTF-8" in err
+
+
+# ------------------------------------------------------------------------- issue 13.4: hostile YAML
+_LAUGHS = 'lol: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f'l{i}: &{chr(98 + i)} [' + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8))
+HOSTILE_YAML = {
+    # name: (text, words in the error)
+    "recursive_alias": ("id: hostile\nenv: &e {A: *e}\n", "recursive alias *e"),
+    "recursive_alias_list": ("id: hostile\ntopologies: &t [1n1g, *t]\n", "recursive alias *t"),
+    "depth_2000": ("id: hostile\nenv: " + "[" * 2000 + "]" * 2000 + "\n", "nesting deeper than 32 levels"),
+    "depth_30000": ("id: hostile\nenv: " + "[" * 30000 + "]" * 30000 + "\n", "nesting deeper than 32 levels"),
+    "depth_block": ("id: hostile\nenv:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(60)),
+                    "nesting deeper than 32 levels"),
+    "int_5000_digits": (SMOKE_TEXT.replace("trials: 3", "trials: " + "9" * 5000), "number with 5000 digits"),
+    "billion_laughs": ("id: hostile\n" + _LAUGHS * 7, "once aliases are expanded"),
+    "huge_scalar": ("id: hostile\nmodel: '" + "x" * 20000 + "'\n", "a value of 20000 characters"),
+    "huge_file": ("id: hostile\n" + "# padding\n" * 30000, "a suite file may have at most"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_YAML))
+def test_hostile_yaml_is_a_clear_error_in_bounded_time_and_memory(tmp_path, case):
+    """In a fresh process (the C loader used to segfault at depth 30000; billion laughs took 1.5 GB):
+    exit 2, one `dlperf: error`-style line naming the file, no traceback, < 5 s, peak RSS < 200 MiB."""
+    import subprocess
+    import sys
+    import time
+
+    text, words = HOSTILE_YAML[case]
+    assert "trials: 3" in SMOKE_TEXT
+    p = tmp_path / "hostile.yaml"
+    p.write_text(text)
+    code = ("import sys\nfrom dlperf_tasks.cli import main\nrc = main(['catalog', 'check', sys.argv[1]])\n"
+            "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+            "print('HWM', hwm, file=sys.stderr)\nsys.exit(rc)\n")
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    took = time.monotonic() - t0
+    assert res.returncode == 2, (res.returncode, res.stderr[-1500:])
+    assert "Traceback" not in res.stderr and words in res.stderr and str(p) in res.stderr, res.stderr[-1500:]
+    hwm_mib = int(res.stderr.rsplit("HWM", 1)[1].split()[0]) / 1024
+    assert took < 5 + 10 and hwm_mib < 200, (took, hwm_mib)

@@ -7,10 +7,11 @@ test_bad_input_params.py). Proof here is by execution, not by reading strings:
 
 * Docker runtime (all five container suites): a hostile suite YAML passes ``dlperf catalog check``,
   is loaded and planned, each framework builds its launch, ``DockerRuntime.node_command`` wraps it
-  into ``docker run``, the remote job wrapper (``remote/jobs.py``) wraps that, and real ``bash``
-  runs the result with a stub ``docker`` first on PATH that records the argv it received.
+  into ``docker run`` (env values in the job's env file, ``-e NAME`` in argv), the remote job
+  runner (``remote/jobs.py``) starts that, and real ``bash`` runs the result with a stub ``docker``
+  first on PATH that records the argv and env it received.
   (The stub stands in for dockerd + GPUs; the command string is byte-for-byte what goes over SSH.)
-* Host runtime, end to end: ``run_trial`` over real OpenSSH servers (tests/unit/_remote_sshd.py)
+* Host runtime, end to end: ``run_trial`` over real OpenSSH servers (tests/fixtures/sshd_nodes.py)
   with a hostile run id, node names, workdir and launcher settings; the "python" is a stub that
   records argv/env/cwd. GPUs are not needed; the stub prints no training log, so the trial must
   end INVALID_LOG (not crash) and leave no process behind.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import stat
 import subprocess
 import sys
@@ -68,8 +68,13 @@ STUB = r"""#!{python}
 import json, os, sys
 out = os.environ["STUB_OUT"] + "." + str(os.getpid())
 keys = [k for k in os.environ if k.startswith(("HOSTILE", "DLPERF_TRIAL"))]
+env_file = {{}}
+if "--env-file" in sys.argv:  # docker's format: NAME=value lines, the value literal to the line end
+    with open(sys.argv[sys.argv.index("--env-file") + 1]) as fh:
+        env_file = dict(line.rstrip("\n").split("=", 1) for line in fh if line.strip())
 with open(out, "w") as fh:
-    json.dump({{"argv": sys.argv[1:], "env": {{k: os.environ[k] for k in keys}}, "cwd": os.getcwd()}}, fh)
+    json.dump({{"argv": sys.argv[1:], "env": {{k: os.environ[k] for k in keys}}, "env_file": env_file,
+               "cwd": os.getcwd()}}, fh)
 """
 
 #: a node's scratch dir (inventory ``workdir``): everything but $ ` " \ and control characters, which
@@ -145,31 +150,31 @@ def test_docker_command_delivers_hostile_values_literally(tmp_path, base):
     log_dir = f"{workdir}/runs/{safe_name(run_id)}/t"
     cmd = runtime.node_command(spec, trial=trial, run_id=run_id, node=nodes[0], node_rank=0,
                                facts=NodeFacts(nodes[0].name), log_dir=log_dir)
-    paths = jobs.RemoteJobPaths(job_id=jobs.generate_job_id(safe_name(f"{run_id}_{nodes[0].name}")),
-                                base_dir=jobs.jobs_base_dir(str(workdir)))
-    wrapper = jobs.build_posix_wrapper_command(cmd, paths, {"DLPERF_TRIAL": trial.key})
+    paths = jobs.JobPaths(jobs.new_job_id(safe_name(f"{run_id}_{nodes[0].name}")), jobs.jobs_base_dir(str(workdir)))
+    line = jobs.start_command(paths, cmd)
     stubs = tmp_path / "bin"
     make_stub(stubs, "docker")
     out = tmp_path / "docker-argv"
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "HOME": str(tmp_path), "STUB_OUT": str(out)}
-    # what SSHPool.run executes on the node: "bash -c <quoted wrapper>" (jobs.start_job)
-    r = subprocess.run(["bash", "-c", "bash -c " + shlex.quote(wrapper)], capture_output=True, text=True,
+    # what SSHPool.run executes on the node (jobs.start_job): the start line, the env on stdin
+    r = subprocess.run(["bash", "-c", line], input=jobs.env_payload(cmd.env, cmd.stdin), capture_output=True,
                        env=env, cwd=tmp_path, timeout=60)
-    assert r.returncode == 0 and r.stdout.strip() == paths.job_id, r.stderr
-    exit_file = Path(paths.exit_code_file)
+    assert r.returncode == 0 and r.stdout.decode().strip() == f"started {paths.job_id}", r.stderr
+    exit_file = Path(paths.exit_file)
     deadline = time.monotonic() + 30
     while not exit_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert exit_file.read_text() == "0", Path(paths.log_file).read_text()
     (rec,) = records(out)
     argv = rec["argv"]
-    # exactly the argv the runtime built (bash parsed the quoted string back into the same list)
-    assert argv == shlex.split(cmd.split(" && ", 1)[1])[1:]
-    for v in values:  # every hostile word arrived intact, as one argument (or inside one -e K=V word)
-        assert v in argv or any(a.endswith("=" + v) for a in argv), v
+    # exactly the argv the runtime built (bash parsed the quoted start line back into the same list)
+    assert argv == cmd.argv[1:]
+    got_env = rec["env_file"]  # the container's environment: docker --env-file, never -e K=V in argv
+    for v in values:  # every hostile word arrived intact, as one argument or as one env value
+        assert v in argv or v in got_env.values(), v
     for i, v in enumerate(values):
-        assert f"HOSTILE_L{i}={v}" in argv
-    assert f"HOSTILE_SUITE={values[0]}" in argv
+        assert got_env[f"HOSTILE_L{i}"] == v and f"HOSTILE_L{i}={v}" not in argv
+    assert got_env["HOSTILE_SUITE"] == values[0] and got_env["DLPERF_TRIAL"] == trial.key
     assert argv[argv.index("--label") + 1] == f"dlperf.run={run_id}"
     assert f"dlperf.node={nodes[0].name}" in argv
     assert "-v" in argv and f"{log_dir}:/dlperf/out" in argv
@@ -180,7 +185,7 @@ def test_docker_command_delivers_hostile_values_literally(tmp_path, base):
 
 @pytest.fixture(scope="module")
 def sshd_nodes(tmp_path_factory):
-    from tests.unit._remote_sshd import make_nodes, stop_nodes
+    from tests.fixtures.sshd_nodes import make_nodes, stop_nodes
 
     nodes, path = make_nodes(tmp_path_factory.mktemp("inj-sshd"), 2, base_octet=66)
     yield nodes, path

@@ -14,7 +14,6 @@ and nothing crashes.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
@@ -26,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.cli import main
 from dlperf_tasks.errors import ExtractError
 from dlperf_tasks.extract import extract_tree
 from dlperf_tasks.model import TrialStatus, Window

@@ -177,7 +177,7 @@ def settings(tmp_path) -> DlperfSettings:
     ({"trials": 500}, "trials"),
     ({"suites": ["../../etc/passwd"]}, "suites[0]"),
     ({"image_tag": "$(reboot)"}, "image_tag"),
-    ({"batch_sizes": ["8"]}, "batch_sizes[0]"),
+    ({"batch_sizes": ["08"]}, "batch_sizes[0]"),
     ({"unknown_knob": 1}, "unknown_knob"),
 ])
 def test_airflow_plan_task_refuses_bad_conf_and_creates_nothing(settings, conf, field):
@@ -227,3 +227,80 @@ def test_real_airflow_params_dict_refuses_bad_conf_naming_the_param():
     pd = ParamsDict(dag_params(["smoke"]))
     pd.update({"topologies": ["1n1g"], "trials": 2})
     assert pd.validate()["trials"] == 2
+
+
+def _asgi_post(app, path: str, body: bytes, chunks: int = 2):
+    """Drive an ASGI app with one POST (body split over ``chunks`` messages); -> (status, body)."""
+    import asyncio
+
+    step = max(1, len(body) // chunks)
+    parts = [body[i:i + step] for i in range(0, len(body), step)] or [b""]
+    incoming = [{"type": "http.request", "body": p, "more_body": i < len(parts) - 1} for i, p in enumerate(parts)]
+    sent: list = []
+
+    async def receive():
+        return incoming.pop(0)
+
+    async def send(msg):
+        sent.append(msg)
+
+    asyncio.run(app({"type": "http", "method": "POST", "path": path, "headers": []}, receive, send))
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+@pytest.mark.parametrize("conf, words", [
+    ({"trails": 1}, ["invalid run parameter trails: unknown field"]),
+    ({"topologies": ["2n1g"]}, ["topologies: 2n1g needs 2 nodes", "has 1"]),
+    ({"topologies": ["1n64g"]}, ["1n64g needs 64 GPUs per node"]),
+    ({"suites": ["smoke"], "batch_sizes": [8], "trials": 1, "policy": "bogus"}, ["policy"]),
+])
+def test_trigger_guard_refuses_before_airflow_sees_the_conf(conf, words, monkeypatch):
+    """The api-server middleware (plugins/dlperf_conf_guard.py) answers 400 with the plan task's
+    own error for a dlperf DAG's trigger; the app behind it never runs; the body, read in
+    pieces, reaches the app intact when the conf is good; other routes pass untouched."""
+    import json
+
+    from dlperf_tasks.airflow.conf_guard import ConfGuard
+
+    monkeypatch.setenv("AIRFLOW__DLPERF__CLUSTER", "local")
+    seen: list = []
+
+    async def app(scope, receive, send):
+        body, more = b"", True
+        while more:
+            msg = await receive()
+            body, more = body + msg.get("body", b""), msg.get("more_body", False)
+        seen.append((scope["path"], body))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    guard = ConfGuard(app)
+    status, body = _asgi_post(guard, "/api/v2/dags/dlperf_smoke/dagRuns", json.dumps({"conf": conf}).encode())
+    assert status == 400 and seen == []
+    assert all(w in json.loads(body)["detail"] for w in words), body
+    good = json.dumps({"logical_date": None, "conf": {"trials": 1, "topologies": ["1n1g"]}}).encode()
+    assert _asgi_post(guard, "/api/v2/dags/dlperf_smoke/dagRuns", good)[0] == 200 and seen[-1][1] == good
+    assert _asgi_post(guard, "/api/v2/dags/other_dag/dagRuns", json.dumps({"conf": conf}).encode())[0] == 200
+
+
+def test_form_marks_no_field_required_and_shows_the_suites_defaults():
+    """The Airflow 3 UI marks a field required when its schema type has no "null"
+    (FlexibleForm: ``!!type && (!Array.isArray(type) || !type.includes("null"))``): every dlperf
+    field is optional. Enum fields label their empty value; descriptions carry the suites'
+    defaults and the number of trials a run plans with them; empty values mean the defaults."""
+    from dlperf_tasks.airflow.params import dag_params, defaults, schemas
+
+    for name, schema in schemas(["smoke"]).items():
+        t = schema.get("type")
+        assert not t or (isinstance(t, list) and "null" in t), f"{name} would be marked required: {t}"
+        if None in (schema.get("enum") or []):
+            assert "null" in schema.get("values_display", {}), f"{name} would show a literal null"
+    p = dag_params(["mxnet-bert", "mxnet-resnet50"])
+    descr = {k: v.description for k, v in p.items()}
+    assert "Suite defaults: mxnet-bert: 1n1g, 1n8g, 2n8g, 4n8g" in descr["topologies"]
+    assert "mxnet-bert: 32, 24; mxnet-resnet50: 128, 256" in descr["batch_sizes"]
+    assert "a run plans 116 trial task(s) (mxnet-bert: 8 cells, 56 trials; mxnet-resnet50: 12 cells, 60 trials)" \
+        in descr["trials"]
+    assert "mxnet-bert: 20; mxnet-resnet50: 20" in descr["warmup_iters"] and "DLPerf" not in descr["warmup_iters"]
+    empty = {k: None for k in schemas(["smoke"]) if k != "confirm"}
+    assert validate_conf(empty, ["smoke"]) == defaults()

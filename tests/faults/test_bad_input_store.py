@@ -116,7 +116,10 @@ def test_cli_publish_and_results_with_bad_store_exit_2_without_traceback(s3_live
         r = subprocess.run([sys.executable, "-m", "dlperf_tasks", *argv], capture_output=True, text=True,
                            env=env, timeout=120, cwd=ROOT)
         assert r.returncode == 2, (argv, r.returncode, r.stdout, r.stderr)
-        assert r.stderr.startswith("dlperf: error: ") and "Traceback" not in r.stderr, r.stderr
+        # one informational line naming the store that was read, then the one-line error
+        lines = r.stderr.splitlines()
+        assert lines[0].startswith("store: ") and "(from --store)" in lines[0], r.stderr
+        assert len(lines) == 2 and lines[1].startswith("dlperf: error: ") and "Traceback" not in r.stderr, r.stderr
         _check_message(r.stderr, settings, case)
     assert not any(k.endswith("manifest.json") for k in all_keys(s3_live, bucket))
 

@@ -35,8 +35,8 @@ def _ok_trials(run_dir: Path) -> dict[str, dict]:
             d = json.loads(p.read_text())
         except ValueError:
             continue
-        if d.get("status") == "OK":
-            out[p.stem] = d
+        if (d.get("trial") or {}).get("status") == "OK":  # the one trial record (report.result_json)
+            out[p.stem] = d["trial"]
     return out
 
 
@@ -152,9 +152,9 @@ def test_two_dag_runs_and_a_cli_sweep_never_share_a_node(airflow_db, fault_sim, 
     assert len(dirs) == 2
     for rd in dirs:
         for p in (rd / "trials").glob("*.json"):
-            d = json.loads(p.read_text())
-            assert _ok_or_killed_outside(d["status"], d["reason"], d.get("exit_codes")), d["reason"]
-            spans += [(n, d["started_at"], d["finished_at"], f"{rd.name}/{p.stem}") for n in d["nodes"]]
+            t = json.loads(p.read_text())["trial"]  # DAG and sweep write the same trial record
+            assert _ok_or_killed_outside(t["status"], t["reason"], t.get("exit_codes")), t["reason"]
+            spans += [(n, t["started_at"], t["finished_at"], f"{rd.name}/{p.stem}") for n in t["node_names"]]
     for p in (sweep_out / "trials").glob("*.json"):
         t = json.loads(p.read_text())["trial"]
         assert _ok_or_killed_outside(t["status"], t["reason"], t.get("exit_codes")), t["reason"]

@@ -84,7 +84,7 @@ def test_privileged_only_where_the_suite_asks():
     assert suites
     for s in suites:
         for spec in (s.container, replace(s.container, privileged=False, devices=(), cap_add=())):
-            argv = docker_run_argv(spec, "img", "c", {}, node=node, facts=NodeFacts("n1", infiniband=True), env={},
+            argv = docker_run_argv(spec, "img", "c", {}, node=node, facts=NodeFacts("n1", infiniband=True), env_file=None,
                                    workdir=None, command=["true"])
             assert ("--privileged" in argv) == bool(spec.privileged), (s.id, argv)
             assert any(a.startswith("--device=") for a in argv) == bool(spec.devices), (s.id, argv)

@@ -40,16 +40,24 @@ def test_rerun_runs_only_missing_or_invalid_trials(airflow_db, sim_cluster_env, 
     (run_dir,) = [p for p in work.glob("pytorch-bert-*") if p.is_dir()]
     files = {p.stem: p for p in (run_dir / "trials").glob("*.json")}
     assert len(files) == 4
-    docs = {k: json.loads(p.read_text()) for k, p in files.items()}
-    assert all(d["status"] == "OK" for d in docs.values())
+    docs = {k: json.loads(p.read_text()) for k, p in files.items()}  # the one trial record format
+    assert all(d["trial"]["status"] == "OK" for d in docs.values())
 
-    by_id = {d["trial"]["cell"]["topology"] + f"/t{d['trial']['index']}": k for k, d in docs.items()}
+    by_id = {d["cell"]["topology"] + f"/t{d['trial']['index']}": k for k, d in docs.items()}
     missing, invalid = by_id["1n1g/t1"], by_id["1n8g/t2"]
     kept = sorted(set(files) - {missing, invalid})
-    kept_stat = {k: (files[k].stat().st_mtime_ns, docs[k]["started_at"]) for k in kept}
-    files[missing].unlink()
-    bad = dict(docs[invalid], status="INVALID_LOG", reason="marked invalid by the test")
-    files[invalid].write_text(json.dumps(bad))
+    kept_stat = {k: (files[k].stat().st_mtime_ns, docs[k]["trial"]["started_at"]) for k in kept}
+    # tasks hand trial records over through the store's staging area: change both copies
+    def staged(key):
+        (p,) = store.rglob(f"staging/{run_dir.name}/trials/{key}.json")
+        return p
+
+    for p in (files[missing], staged(missing)):
+        p.unlink()
+    bad = dict(docs[invalid], trial=dict(docs[invalid]["trial"], status="INVALID_LOG", valid=False,
+                                         reason="marked invalid by the test"))
+    for p in (files[invalid], staged(invalid)):
+        p.write_text(json.dumps(bad))
 
     t0 = time.monotonic()
     dr2 = dag.test(logical_date=when, run_after=when, run_conf=CONF)
@@ -61,11 +69,11 @@ def test_rerun_runs_only_missing_or_invalid_trials(airflow_db, sim_cluster_env, 
 
     now = {p.stem: json.loads(p.read_text()) for p in (run_dir / "trials").glob("*.json")}
     assert set(now) == set(files)
-    assert all(d["status"] == "OK" for d in now.values())
+    assert all(d["trial"]["status"] == "OK" for d in now.values())
     for k in kept:  # reused: not run again, file untouched
-        assert (files[k].stat().st_mtime_ns, now[k]["started_at"]) == kept_stat[k], k
+        assert (files[k].stat().st_mtime_ns, now[k]["trial"]["started_at"]) == kept_stat[k], k
     for k in (missing, invalid):  # run again
-        assert now[k]["started_at"] != docs[k]["started_at"], k
+        assert now[k]["trial"]["started_at"] != docs[k]["trial"]["started_at"], k
 
     result = json.loads((run_dir / "result.json").read_text())
     assert result["run"]["run_id"] == run_dir.name and result["run"]["dag_run_id"] == dr1.run_id

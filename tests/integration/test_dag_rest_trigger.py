@@ -1,8 +1,9 @@
 """Trigger dlperf_smoke through the REST API of a running Airflow (api-server + scheduler +
 dag-processor + triggerer started by the ``airflow_server`` fixture, LocalExecutor, SQLite).
 
-A conf with an injection string or a malformed topology is refused at trigger time (HTTP 400
-naming the field) before any task, let alone a node, runs; a dry-run conf runs the whole
+A conf with an injection string, a malformed topology, an unknown field or a topology the
+cluster cannot hold is refused at trigger time (HTTP 400 naming the field) before any task,
+let alone a node, runs; a dry-run conf runs the whole
 DAG through the scheduler."""
 
 import time
@@ -27,14 +28,21 @@ def test_rest_trigger_validates_conf_then_runs(airflow_server):
     _wait_dag(s, "dlperf_smoke")
     code, _ = s.request("PATCH", "/dags/dlperf_smoke", {"is_paused": False})
     assert code == 200
+    # the session's metadata DB is shared: other tests may have run dlperf_smoke with dag.test()
+    code, before = s.request("GET", "/dags/dlperf_smoke/dagRuns")
+    assert code == 200
 
-    for conf, field in [({"topologies": ["1n1g; touch /tmp/dlperf-pwned"]}, "topologies"),
-                        ({"trials": 500}, "trials")]:
+    # Airflow's own Param checks (pattern, maximum), then the dlperf plugin's guard (plugins/dlperf_conf_guard.py):
+    # a field the form does not have and a topology the cluster (local: 1 node) cannot hold
+    for conf, words in [({"topologies": ["1n1g; touch /tmp/dlperf-pwned"]}, ["topologies"]),
+                        ({"trials": 500}, ["trials"]),
+                        ({"trails": 1}, ["invalid run parameter trails: unknown field"]),
+                        ({"topologies": ["2n1g"]}, ["topologies: 2n1g needs 2 nodes", "has 1"])]:
         code, body = s.request("POST", "/dags/dlperf_smoke/dagRuns", {"logical_date": None, "conf": conf})
         assert code == 400, (code, body)
-        assert field in str(body), body
+        assert all(w in str(body) for w in words), body
     code, runs = s.request("GET", "/dags/dlperf_smoke/dagRuns")
-    assert runs["total_entries"] == 0, "a refused conf must not create a run"
+    assert runs["total_entries"] == before["total_entries"], "a refused conf must not create a run"
 
     code, body = s.request("POST", "/dags/dlperf_smoke/dagRuns",
                            {"logical_date": None, "conf": {"dry_run": True, "trials": 1}})
@@ -52,3 +60,88 @@ def test_rest_trigger_validates_conf_then_runs(airflow_server):
     states = {(t["task_id"], t["map_index"]): t["state"] for t in tis["task_instances"]}
     assert state == "success", f"{states}\n{s.log_tail('scheduler')}"
     assert states[("trial", 0)] == "success" and states[("trial", 1)] == "success"
+
+
+def test_a_conf_that_bypasses_the_api_fails_plan_fast_with_the_error_in_the_note(airflow_server):
+    """``airflow dags trigger`` writes the run straight into the database (no api-server, no
+    guard): the plan task refuses the unknown field within seconds and the run's note (written
+    by the scheduler from the task's ``dlperf_note`` XCom: tasks cannot write the database) says
+    why; the REST API shows it."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    s = airflow_server
+    _wait_dag(s, "dlperf_smoke")
+    assert s.request("PATCH", "/dags/dlperf_smoke", {"is_paused": False})[0] == 200
+    run_id = f"manual__trails_{int(time.time())}"
+    t0 = time.monotonic()
+    r = subprocess.run([str(Path(sys.executable).parent / "airflow"), "dags", "trigger", "dlperf_smoke", "--run-id",
+                        run_id, "--conf", json.dumps({"trails": 1})], env=dict(os.environ), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    deadline, run = time.monotonic() + 180, {}
+    while time.monotonic() < deadline:
+        code, run = s.request("GET", f"/dags/dlperf_smoke/dagRuns/{run_id}")
+        if code == 200 and run["state"] in ("success", "failed") and run.get("note"):
+            break
+        time.sleep(1)
+    took = time.monotonic() - t0
+    code, tis = s.request("GET", f"/dags/dlperf_smoke/dagRuns/{run_id}/taskInstances")
+    states = {t["task_id"]: t["state"] for t in tis["task_instances"]}
+    assert run.get("state") == "failed" and states["plan"] == "failed", (run, states)
+    assert (run.get("note") or "").startswith("plan failed: invalid run parameter trails: unknown field"), run
+    assert not any(t.startswith("trial") and st == "success" for t, st in states.items())
+    print(f"trigger -> failed run with the note in {took:.1f} s")
+    assert took < 120
+
+
+def test_trigger_form_in_chromium(airflow_server):
+    """The trigger form of dlperf_smoke in the real UI (headless Chromium, screenshot in
+    tests/_artifacts/trigger_form_smoke.png): no optional field marked required, the four list
+    fields are one kind of widget (multi-select), XLA shows
+    "the suite's" (not a literal null), the descriptions show the suite's defaults and how many
+    trials a run plans with them."""
+    import json
+    from pathlib import Path
+
+    from tests.integration._browser import Browser
+
+    s = airflow_server
+    _wait_dag(s, "dlperf_smoke")
+    shots = Path(__file__).resolve().parents[1] / "_artifacts"
+    b = Browser(s.url)
+    try:
+        b.set_token(s.token)
+        b.open(f"{s.url}/dags/dlperf_smoke", settle=90, wait_for="button")
+        click = ("(() => { const b = [...document.querySelectorAll('button')].find("
+                 "x => /^\\s*Trigger\\s*$/i.test(x.textContent) || x.getAttribute('aria-label') === 'Trigger Dag');"
+                 " if (b) { b.click(); return true; } return false; })()")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not b.evaluate(click):
+            time.sleep(1)
+        while time.monotonic() < deadline and not b.evaluate("!!document.querySelector('#element_topologies')"):
+            time.sleep(1)
+        time.sleep(1)
+        dom = b.evaluate("document.documentElement.outerHTML") or ""
+        shots.mkdir(parents=True, exist_ok=True)
+        import base64
+
+        shot = b.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        (shots / "trigger_form_smoke.png").write_bytes(base64.b64decode(shot["data"]))
+        fields = b.evaluate("JSON.stringify([...document.querySelectorAll('[id^=element_]')].map(e => e.id))")
+        required = b.evaluate("JSON.stringify([...document.querySelectorAll('[id^=element_]')].filter("
+                              "e => e.required || e.getAttribute('aria-required') === 'true').map(e => e.id))")
+        # every list field is the same widget: a multi-select (react-select) with the suites' values
+        multi = b.evaluate("JSON.stringify(['suites', 'batch_sizes', 'precisions', 'topologies'].filter("
+                           "n => document.querySelector('#element_' + n + ' [id^=react-select]') !== null))")
+    finally:
+        b.close()
+    (shots / "trigger_form_smoke.html").write_text(dom)
+    assert "element_topologies" in json.loads(fields or "[]"), dom[-3000:]
+    assert json.loads(required or "[]") == [], required
+    assert json.loads(multi or "[]") == ["suites", "batch_sizes", "precisions", "topologies"], multi
+    assert "Suite defaults: smoke: 1n1g, 1n2g" in dom and "With every default a run plans 6 trial task(s)" in dom
+    assert "the suite's" in dom  # XLA's empty value, not "null"

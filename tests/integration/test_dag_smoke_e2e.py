@@ -82,6 +82,19 @@ def test_smoke_dag_runs_real_training_and_publishes(smoke_dag, dlperf_dirs):
         events = (s.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
                   .filter(AssetModel.uri == "dlperf://results/smoke").all())
         assert any(pub["run_id"] in json.dumps(e.extra) for e in events)
+    # the run's note links to its results page (one click from the grid)
+    from airflow.models.dagrun import DagRun
+
+    with create_session() as s:
+        note = s.query(DagRun).filter(DagRun.dag_id == "dlperf_smoke", DagRun.run_id == dr.run_id).one().note
+    assert note and f"/dlperf/runs/{pub['run_id']}" in note and "**smoke**" in note, note
+    # prepare recorded this machine's names and addresses; none of them reaches the published logs
+    ident = json.loads((Path(pub["run_dir"]) / "node-identity.json").read_text())["local0"]
+    assert ident["os_hostname"]
+    for t in cells["1n1g"]["trials"]:
+        import re
+
+        assert not re.search(rf"(?<![\w.-]){re.escape(ident['os_hostname'])}(?![\w-])", (dest / t["log"]).read_text())
 
 
 @pytest.mark.parametrize("conf, field", [

@@ -102,3 +102,27 @@ def test_bad_arguments_and_help():
     assert p.returncode == 2 and "no-such-suite" in p.stderr
     p = dlperf("extract", "--suite", "mxnet-bert", "--log-dir", ".", "--batch-size-per-device", "0")
     assert p.returncode == 2 and "must be >= 1" in p.stderr
+
+
+def test_help_names_commands_that_exist():
+    """Every `dlperf <command>` the extract help points to runs."""
+    import re
+
+    p = dlperf("extract", "--help")
+    for cmd in set(re.findall(r"'dlperf ([a-z]+(?: [a-z]+)?)'", p.stdout)):
+        q = dlperf(*cmd.split())
+        assert q.returncode == 0, f"extract --help names 'dlperf {cmd}', which fails: {q.stderr}"
+
+
+def test_csv_format_one_row_per_trial(tmp_path):
+    import csv
+    import io
+
+    p = dlperf("extract", "--suite", "mxnet-bert", "--log-dir", FIX / "mxnet_bert" / "bz32", "--format", "csv",
+               "--quiet")
+    assert p.returncode == 0, p.stderr
+    rows = list(csv.DictReader(io.StringIO(p.stdout)))
+    assert {r["topology"] for r in rows} == {"1n1g", "1n8g"}
+    by_topo = {r["topology"]: r for r in rows}
+    assert by_topo["1n1g"]["status"] == "OK" and float(by_topo["1n1g"]["value"]) > 0
+    assert by_topo["1n1g"]["unit"] == "samples/s" and by_topo["1n1g"]["batch_size"] == "32"

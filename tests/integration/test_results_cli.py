@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dlperf_tasks.history import synth
+from tests.fixtures import synth
 from dlperf_tasks.store.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,13 +56,13 @@ def seeded(request, tmp_path_factory):
     if request.param == "local":
         url = f"file://{work / 'store'}"
         store = Store.from_url(url)
-        env = {"DLPERF_STORE": url}
+        env = {"DLPERF_STORE_URL": url}
         s3 = bucket = None
     else:
         s3 = request.getfixturevalue("s3_server")
         bucket = s3.new_bucket("hist")
         url = s3.store_url(bucket)
-        env = {"DLPERF_STORE": url, **s3.env()}
+        env = {"DLPERF_STORE_URL": url, **s3.env()}
         old = {k: os.environ.get(k) for k in s3.env()}
         os.environ.update(s3.env())
         store = Store.from_url(url)
@@ -126,8 +126,21 @@ def test_compare_shows_planted_cells(seeded):
         assert -10 < by[cell]["delta_pct"] < -3
     assert sum(c["beyond_noise"] for c in doc["cells"]) == 2
     assert doc["env_diff"]["nccl"] == {"baseline": "2.18.5", "current": "2.19.3"}
+    assert all(c["noise_source"].startswith("history") for c in doc["cells"])
+    assert by[S_CELL]["ci_pct"][1] < 0 and by[S_CELL]["mde_pct"] > 0
     out = seeded.cli("compare", a, b).stdout
-    assert "slower" in out and "environment diff: nccl: 2.18.5 -> 2.19.3" in out
+    assert "slower" in out and "environment diff: nccl: 2.18.5 -> 2.19.3" in out and "verdicts:" in out
+    # short forms: a unique prefix and "latest"
+    same = json.loads(seeded.cli("compare", a, "latest", "--format", "json").stdout)
+    assert same["run_b"] == b and same["run_a"] == a
+
+
+def test_show_latest_and_prefix(seeded):
+    rid = seeded.ids[-1]
+    assert json.loads(seeded.cli("show", "latest", "--format", "json").stdout)["run"]["run_id"] == rid
+    assert json.loads(seeded.cli("show", rid[:-1], "--suite", "mxnet-bert", "--format", "json").stdout)["run"]["run_id"] == rid
+    amb = seeded.cli("show", rid[:4], check=False)
+    assert amb.returncode == 2 and "ambiguous" in amb.stderr
 
 
 def test_trend_table_json_and_png(seeded, tmp_path):

@@ -168,7 +168,8 @@ def test_unreachable_endpoint_via_cli_no_traceback(s3_live, tmp_path):
                         f"s3://somebucket/p?endpoint=http://127.0.0.1:{port}&addressing_style=path"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.startswith("dlperf: error: ")
+    first, error = r.stderr.splitlines()  # the store that was read, then the one-line error
+    assert first.startswith("store: s3://somebucket/p") and error.startswith("dlperf: error: ")
     assert f"endpoint http://127.0.0.1:{port} bucket somebucket" in r.stderr and "unreachable" in r.stderr
     assert (run_dir / "publish-spool" / "objects" / "manifest.json").is_file()
 
@@ -187,7 +188,7 @@ def test_credentials_from_environment_and_airflow_connection(s3_live, bucket, tm
             "password": s3_live.secret_key,
             "extra": json.dumps({"endpoint_url": s3_live.endpoint, "region_name": "us-east-1",
                                  "addressing_style": "path"})}
-    a = Store.from_airflow_connection(conn, bucket=bucket, prefix="envcreds", retry=FAST)
+    a = Store.from_connection(conn, bucket=bucket, prefix="envcreds", retry=FAST)
     assert a.read_result("env1")["run"]["run_id"] == "env1"
 
 

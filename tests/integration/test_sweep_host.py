@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from dlperf_tasks.cli import main
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.runtime import HostRuntime
 from dlperf_tasks.remote.ssh import SSHPool
-from tests.unit._remote_sshd import make_nodes, stop_nodes
+from tests.fixtures.sshd_nodes import make_nodes, stop_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "docker" / "standin" / "rootfs"
@@ -37,6 +36,9 @@ def host_suite(tmp_path: Path, record: Path, time_scale: str = "0.03") -> Path:
     data["id"] = "pytorch-bert-host"
     data["container"] = None
     data["launcher"]["workdir"] = str(STANDIN / "workspace/examples/bert")
+    data["launcher"]["node_files_dir"] = str(ROOT / "dlperf_tasks/catalog/data")  # host runtime: BERT-base config
+    data["gradient_accumulation_steps"] = [1]  # one cell per topology (accumulation cells: test_standin_strict_cluster)
+    data.pop("exclude", None)
     data["env"] = {"PYTHONPATH": str(STANDIN / "usr/lib/python3/dist-packages"),
                    "DLPERF_STANDIN_TIME_SCALE": time_scale, "DLPERF_STANDIN_RECORD": str(record),
                    **{f"DLPERF_STANDIN_SPEED_{t.upper()}": str(v) for t, v in SPEEDS.items()}}

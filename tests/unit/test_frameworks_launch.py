@@ -73,7 +73,7 @@ def test_pytorch_per_node_flags():
         assert a[:3] == ["python3", "-m", "torch.distributed.launch"]
         assert "--nproc_per_node=8" in a and after(a, "--nnodes") == "2" and f"--node_rank={r}" in a
         assert "--master_addr=10.11.0.2" in a and "--master_port=22334" in a
-        assert "--train_batch_size=96" in a and "--fp16" in a and "--max_steps=150" in a
+        assert "--train_batch_size=96" in a and "--fp16" in a and "--max_steps=125" in a
         assert spec.env["NCCL_DEBUG"] == "INFO"
     a = f.launch(trial("pytorch_bert", "1n1g"), 0, nodes(1, 1), {}).argv
     assert "--fp16" not in a and "--nproc_per_node=1" in a

@@ -147,7 +147,9 @@ def test_mxnet_bert_wrong_world_size_detected():
     w = Window(100, 100)
     parsed = f.parse(read_log(str(FIX / "mxnet_bert/bz32/1n8g/bert_b32_fp32_1.log")))
     reasons = f.check(parsed, cell("mxnet_bert", 32, "1n4g", w), w)
-    assert reasons and reasons[0].startswith("step 1 has 8 of 4 rank lines")
+    assert any(r.startswith("step 1 has 8 of 4 rank lines") for r in reasons), reasons
+    # and the run's own Namespace line names both batch figures
+    assert "log's total_batch_size is 256 (gluon-nlp Namespace line), the cell's is 128 (32 x 4 GPUs)" in reasons
 
 
 def test_nan_and_garbage_values_recorded_not_raised():

@@ -3,7 +3,7 @@ built through the real aggregation path (stats.aggregate + result_json.build_res
 
 import pytest
 
-from dlperf_tasks.history import synth
+from tests.fixtures import synth
 from dlperf_tasks.history.regress import INSUFFICIENT, NOISY, REGRESSION, RegressConfig, detect
 from dlperf_tasks.history.robust import mad, mann_whitney_u, median
 from dlperf_tasks.history.runs import RunView

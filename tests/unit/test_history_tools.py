@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pandas as pd
 import pytest
 
-from dlperf_tasks.history import synth
+from tests.fixtures import synth
 from dlperf_tasks.history.cellspec import CellSpecError, match_cell, parse_cell_id
 from dlperf_tasks.history.compare import compare_runs
 from dlperf_tasks.history.fmt import render
@@ -51,13 +51,14 @@ def test_match_cell_any_order_and_errors():
 def test_compare_flags_planted_cell_only(results):
     a = RunView.from_result(results[10])
     b = RunView.from_result(results[11])
-    doc = compare_runs(a, b)
+    doc = compare_runs(a, b, [RunView.from_result(r) for r in results[:10]])
     by = {c["cell_id"]: c for c in doc["cells"]}
     assert by[S_CELL]["verdict"] == "slower" and by[S_CELL]["beyond_noise"] is True
     assert -11 < by[S_CELL]["delta_pct"] < -5
+    assert by[S_CELL]["ci_pct"][1] < 0 and by[S_CELL]["noise_source"] == "history (10 runs)"
     assert by[S_CELL]["median_a"] == a.cells[S_CELL].median
     others = [c for cid, c in by.items() if cid != S_CELL]
-    assert all(c["verdict"] == "same" and c["beyond_noise"] is False for c in others)
+    assert all(c["verdict"] in ("same", "undecided") and c["beyond_noise"] is False for c in others)
     assert doc["env_diff"] == {"nccl": {"baseline": "2.18.5", "current": "2.19.3"}}
 
 

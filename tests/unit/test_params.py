@@ -17,9 +17,22 @@ def test_defaults_when_conf_empty():
 def test_good_conf_is_returned_whole():
     conf = {"suites": ["mxnet-bert"], "batch_sizes": [32, 24], "precisions": ["fp32", "amp"],
             "topologies": ["1n1g", "16n8g"], "trials": 7, "warmup_iters": 20, "measure_iters": 100,
-            "image_tag": "20.03-py3", "dry_run": True, "policy": "fail_fast", "xla": "both"}
+            "image_tag": "20.03-py3", "dry_run": True, "policy": "fail_fast", "xla": "both",
+            "adaptive": 0.02, "quarantine": True, "confirm": None}
     got = validate_conf(conf, SUITES)
     assert got == conf
+
+
+def test_form_multiselect_strings_become_batch_sizes_and_every_list_field_has_choices():
+    """Airflow's form draws an array with ``examples`` as a multi-select, which sends strings:
+    ``["64", "32"]`` is read as ``[64, 32]``; batch sizes and topologies offer the suites' values."""
+    got = validate_conf({"batch_sizes": ["64", "32"]}, SUITES)
+    assert got["batch_sizes"] == [64, 32]
+    choices = params.form_choices(SUITES)
+    assert 32 in choices["batch_sizes"] and choices["batch_sizes"] == sorted(choices["batch_sizes"])
+    assert choices["topologies"][0] == "1n1g" and "4n8g" in choices["topologies"]
+    form = params.dag_params(SUITES)
+    assert all(form[n].schema.get("examples") for n in ("suites", "precisions", "batch_sizes", "topologies"))
 
 
 @pytest.mark.parametrize("conf, field, words", [
@@ -31,7 +44,9 @@ def test_good_conf_is_returned_whole():
     ({"suites": ["mxnet-bert$(id)"]}, "suites[0]", "not allowed"),
     ({"precisions": ["fp64"]}, "precisions[0]", "is not one of"),
     ({"batch_sizes": [0]}, "batch_sizes[0]", "less than the minimum"),
-    ({"batch_sizes": ["32"]}, "batch_sizes[0]", "is not of type"),
+    ({"batch_sizes": ["032"]}, "batch_sizes[0]", "does not match"),
+    ({"batch_sizes": ["32", 32]}, "batch_sizes", "non-unique"),
+    ({"batch_sizes": [2.5]}, "batch_sizes[0]", "is not of type"),
     ({"trials": 21}, "trials", "greater than the maximum"),
     ({"trials": 0}, "trials", "less than the minimum"),
     ({"trials": True}, "trials", "is not of type"),

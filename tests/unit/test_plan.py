@@ -9,11 +9,9 @@ import sys
 import pytest
 
 from dlperf_tasks.catalog import load_suite
-from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.cli import main
 from dlperf_tasks.errors import PlanError
-from dlperf_tasks.model import Trial
-from dlperf_tasks.plan import Overrides, Plan, base_log_relpath, plan
+from dlperf_tasks.plan import Overrides, Plan, plan
 
 
 def test_mxnet_bert_default_plan_order_and_ids():
@@ -132,12 +130,13 @@ def test_plan_json_roundtrip():
         assert back.cells == p.cells and [t.trial for t in back.trials] == [t.trial for t in p.trials]
 
 
-def test_base_layout_fallback_matches_seeds():
-    """The base layout (used when a framework module cannot be imported) gives DLPerf's file names."""
+def test_log_names_come_from_the_framework_module():
+    """One owner of log names: the plan's paths are Framework.log_relpath's (DLPerf's file names)."""
     s = load_suite("tensorflow-bert")
-    cell = plan(s, {"topologies": "4n8g", "batch_sizes": "64", "precisions": "fp32", "xla": "off"}).cells[0]
-    assert base_log_relpath(s, Trial(cell, 2)) == "logs/tensorflow/bert/bz64/4n8g/bert_b64_fp32_2.log"
-    assert base_log_relpath(s, Trial(cell, 2), 3) == "logs/tensorflow/bert/bz64/4n8g/bert_b64_fp32_2.node3.log"
+    p = plan(s, {"topologies": "4n8g", "batch_sizes": "64", "precisions": "fp32", "xla": "off", "trials": 2})
+    t = p.trials[1]
+    assert t.trial.index == 2 and t.log_paths[0] == "logs/tensorflow/bert/bz64/4n8g/bert_b64_fp32_2.log"
+    assert t.log_paths[3] == "logs/tensorflow/bert/bz64/4n8g/bert_b64_fp32_2.node3.log"
 
 
 def test_summary_table():

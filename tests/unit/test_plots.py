@@ -5,7 +5,7 @@ import io
 import pytest
 from matplotlib.image import imread
 
-from dlperf_tasks.history import synth
+from tests.fixtures import synth
 from dlperf_tasks.report.plots import plot_specs, render_plot, render_plots, trend_png
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -62,3 +62,44 @@ def test_trend_png(tmp_path):
     assert out.read_bytes() == data
     _img(data)
     _img(trend_png([], title="empty", unit="samples/s"))
+
+
+def test_run_plots_start_at_zero_with_integer_gpu_ticks_and_error_bars():
+    """Issue 14.8: a 1 % drop must not look like a cliff."""
+    from matplotlib.container import ErrorbarContainer
+
+    from dlperf_tasks.report.plots import plot_groups, speedup_figure, throughput_figure
+
+    result = synth.nightly_results(1)[0]
+    (model, prec), by_bz = next(iter(plot_groups(result).items()))
+    for fig in (throughput_figure(model, prec, by_bz), speedup_figure(model, prec, by_bz)):
+        ax = fig.axes[0]
+        assert ax.get_ylim()[0] == 0
+        assert list(ax.get_xticks()) == [1, 8, 16, 32]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "8", "16", "32"]
+    ax = throughput_figure(model, prec, by_bz).axes[0]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 2  # one per batch size
+    cell = by_bz[32][-1]
+    segs = bars[1].lines[2][0].get_segments()
+    (x0, lo), (x1, hi) = segs[-1]
+    assert x0 == x1 == 32 and lo == pytest.approx(cell["min"]) and hi == pytest.approx(cell["max"])
+
+
+def test_trend_axis_is_time_with_run_ids_and_starts_at_zero():
+    import datetime as dt
+
+    from matplotlib.dates import num2date
+
+    from dlperf_tasks.report.plots import trend_figure
+
+    pts = [{"run_id": f"run-{i:03d}", "date": f"2026-01-{i + 1:02d}", "started_at": f"2026-01-{i + 1:02d}T01:30:00+00:00",
+            "median": 1000.0 - (10 if i == 29 else 0), "trial_values": [995.0, 1000.0, 1005.0]} for i in range(30)]
+    pts[3]["started_at"] = "2026-01-04T13:30:00+00:00"  # irregular spacing is kept (a time axis)
+    ax = trend_figure(pts, title="c", unit="samples/s", baseline=1000).axes[0]
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 1000
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels[0] == "2026-01-01 01:30\nrun-000" and all("run-" in t for t in labels)
+    ticks = [num2date(x) for x in ax.get_xticks()]
+    assert ticks[0] == dt.datetime(2026, 1, 1, 1, 30, tzinfo=dt.timezone.utc)
+    assert any(c.__class__.__name__ == "ErrorbarContainer" for c in ax.containers)

@@ -43,10 +43,19 @@ def test_ipv6_forms(text, ip):
     assert not find_leaks(out, Secrets())
 
 
-@pytest.mark.parametrize("text", ["std::vector<int> a::b", "time 12:34:56", "mac aa:bb:cc:dd:ee:ff",
-                                  "speed 928.03 samples/s", "version 1.2.3", "v1.2.3.4.5"])
+@pytest.mark.parametrize("text", ["std::vector<int> a::b", "time 12:34:56",
+                                  "speed 928.03 samples/s", "version 1.2.3", "v1.2.3.4.5",
+                                  "at 0x7f3c2a1b5e80", "max_tokens: 512"])
 def test_things_that_are_not_addresses_stay(text):
     assert Redactor().redact_text(text) == text
+
+
+@pytest.mark.parametrize("text,kind", [("mac aa:bb:cc:dd:ee:ff", "mac"), ("link/ether 0C-42-A1-11-22-33", "mac"),
+                                       ("guid 0x0c42a10300a1b2c3", "guid")])
+def test_mac_addresses_and_guids_are_redacted(text, kind):
+    """Issue 13.7: this test used to assert that a MAC address is NOT redacted."""
+    out = Redactor().redact_text(text)
+    assert f"<{kind}-1>" in out and text.split()[-1] not in out
 
 
 def test_redact_stream_line_by_line():
@@ -63,7 +72,7 @@ def test_kinds_can_be_limited():
     assert r.redact_text("bob on h1x 10.1.1.1") == "bob on h1x <ip-1>"
     assert Redactor(kinds="none").redact_text("10.1.1.1") == "10.1.1.1"
     with pytest.raises(StoreError, match="unknown kind"):
-        Redactor(kinds="ips,macs")
+        Redactor(kinds="ips,colours")
 
 
 def test_check_redacted_refuses_leaks_and_accepts_clean_text():

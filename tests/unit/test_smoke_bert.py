@@ -78,7 +78,7 @@ def test_check_names_missing_ranks_and_iterations():
 @pytest.mark.slow
 def test_real_trainer_1n2g_through_the_local_runner(tmp_path):
     """Real torchrun, 2 CPU processes with gloo, tiny BERT; the validity gate passes."""
-    from dlperf_tasks.smoke import local_runner
+    from dlperf_tasks.remote import local as local_runner
 
     res = local_runner.run_trial(_trial("1n2g", 2, 4), FW, {"python": "ignored"}, tmp_path, timeout_s=240)
     log = (tmp_path / res.log_paths[0]).read_text()
@@ -91,7 +91,7 @@ def test_real_trainer_1n2g_through_the_local_runner(tmp_path):
 
 @pytest.mark.slow
 def test_failing_trainer_is_nonzero_exit_and_stop_kills_the_group(tmp_path):
-    from dlperf_tasks.smoke import local_runner
+    from dlperf_tasks.remote import local as local_runner
 
     res = local_runner.run_trial(_trial("1n1g"), FW, {"extra_args": ["--device", "cuda"]}, tmp_path, timeout_s=120)
     assert res.status == TrialStatus.NONZERO_EXIT, res.reason

@@ -253,7 +253,7 @@ def test_store_urls_and_settings(tmp_path, monkeypatch):
     conn = {"conn_id": "dlperf_s3", "login": "AKIAEXAMPLE", "password": "sekret",
             "extra": json.dumps({"endpoint_url": "https://oss-cn-beijing.aliyuncs.com", "region_name": "cn-beijing",
                                  "addressing_style": "virtual", "bucket": "results"})}
-    c = Store.from_airflow_connection(conn, prefix="nightly")
+    c = Store.from_connection(conn, prefix="nightly")
     st = c.backend.settings
     assert (st.bucket, st.endpoint_url, st.region, st.addressing_style, c.prefix) == \
         ("results", "https://oss-cn-beijing.aliyuncs.com", "cn-beijing", "virtual", "nightly")

@@ -27,6 +27,12 @@ Environment (shims; CLI flags win):
   DLPERF_STANDIN_LATENCY_MS[_<N>N<G>G]  Megatron ms/iteration (default global_batch*1000/speed)
   DLPERF_STANDIN_MEMORY_MB        Megatron "max reserved" MB (default 13694.0)
   DLPERF_STANDIN_TIME_SCALE       real sleep = synthetic step time x this (default 1.0)
+  DLPERF_STANDIN_LOSS_SCALE=f     pytorch_bert: every printed loss x f (default 1; "nan" prints nan
+                                  losses: a diverged run; 1.5: a run whose final loss is off its history)
+  DLPERF_STANDIN_BURN_CORES=N     every rank spins N busy child processes while it trains (a CPU-bound
+                                  input pipeline: the host's cores saturated while the GPUs idle)
+  DLPERF_STANDIN_RAMP_ITERS=K     time-stamped formats: speed ramps up over the first K iterations
+                                  (from DLPERF_STANDIN_RAMP_START x speed, default 0.5): not steady
   DLPERF_STANDIN_HANG_AFTER=K     stop making progress after iteration K (sleep until killed)
   DLPERF_STANDIN_HANG_RANK=r      only rank r hangs (default: every rank)
   DLPERF_STANDIN_CRASH_AFTER=K    print a Traceback after iteration K and exit
@@ -77,6 +83,7 @@ class Config:
         self.record: str | None = kw.get("record")
         self.argv: list[str] = list(kw.get("argv") or sys.argv)
         self.precision: str = kw.get("precision") or "fp32"
+        self.extra: dict = {}  # shims: the parsed real flags ("namespace"), "model_config", Megatron "layout"
         self.start = time.time()
         self._wall0 = time.monotonic()
 
@@ -88,7 +95,15 @@ class Config:
         return self.global_batch / self.speed
 
     def synthetic_us(self, k: int) -> int:
-        """Synthetic time stamp (integer microseconds since the epoch) at the end of iteration k."""
+        """Synthetic time stamp (integer microseconds since the epoch) at the end of iteration k.
+        ``DLPERF_STANDIN_RAMP_ITERS=K``: the speed ramps from ``DLPERF_STANDIN_RAMP_START`` (default
+        0.5) x speed to the full speed over the first K iterations (a trial that is not yet steady;
+        the log then no longer parses back to exactly the configured speed)."""
+        ramp = int(os.environ.get("DLPERF_STANDIN_RAMP_ITERS") or 0)
+        if ramp > 0:
+            lo = float(os.environ.get("DLPERF_STANDIN_RAMP_START") or 0.5)
+            secs = sum(self.step_s / (lo + (1 - lo) * min(1.0, (j - 1) / ramp)) for j in range(1, k + 1))
+            return int(round(self.start * 1e6)) + int(round(secs * 1e6))
         return int(round(self.start * 1e6)) + int(round(k * self.step_s * 1e6))
 
     def pace(self, k: int) -> None:
@@ -168,9 +183,11 @@ def _quantised(target: float, k: int, quantum: float) -> float:
 def emit_mxnet_bert(cfg: Config) -> None:
     """gluon-nlp run_pretraining.py: every rank logs every step to stderr (INFO:root: prefix)."""
     err = sys.stderr
-    _w(err, "INFO:root:Namespace(accumulate=1, cased=False, ckpt_dir='./ckpt_dir', ckpt_interval=1000, "
+    ns = cfg.extra.get("namespace")
+    _w(err, "INFO:root:" + (str(ns) if ns is not None else
+            "Namespace(accumulate=1, cased=False, ckpt_dir='./ckpt_dir', ckpt_interval=1000, "
             "comm_backend='horovod', dtype='float32', log_interval=1, model='bert_12_768_12', "
-            f"num_steps={cfg.iters}, total_batch_size={cfg.global_batch}, warmup_ratio=1.0)")
+            f"num_steps={cfg.iters}, total_batch_size={cfg.global_batch}, warmup_ratio=1.0)"))
     _w(err, "INFO:root:64 files are found.")
     rng = random.Random(cfg.rank)
     # latency printed with 1 decimal: choose per-step values whose speeds average to the target
@@ -242,18 +259,22 @@ def emit_pytorch_bert(cfg: Config) -> None:
         return
     _w(out, device)
     t0 = cfg.synthetic_us(0)
-    _w(out, f"DLL {_dll_ts(cfg, t0)} - PARAMETER Config : [\"Namespace(bert_model='bert-base-uncased', "
-            f"fp16={fp16}, max_steps={float(cfg.iters)}, train_batch_size={cfg.batch})\"] ")
+    ns = cfg.extra.get("namespace")
+    config = str(ns) if ns is not None else (f"Namespace(bert_model='bert-base-uncased', fp16={fp16}, "
+                                             f"max_steps={float(cfg.iters)}, train_batch_size={cfg.batch})")
+    _w(out, f"DLL {_dll_ts(cfg, t0)} - PARAMETER Config : [\"{config}\"] ")
     _w(out, f"DLL {_dll_ts(cfg, t0)} - PARAMETER SEED : 42 ")
     _w(out, f"DLL {_dll_ts(cfg, t0)} - PARAMETER train_start : True ")
     _w(out, f"DLL {_dll_ts(cfg, t0)} - PARAMETER batch_size_per_gpu : {cfg.batch} ")
-    loss = 11.0
+    base = 11.0
+    scale = float(os.environ.get("DLPERF_STANDIN_LOSS_SCALE") or 1.0)
     for k in range(1, cfg.iters + 1):
         cfg.pace(k)
         err.write(f"\rIteration:   0%|          | {k}/1646 [00:{k % 60:02d}<06:21,  3.93it/s]")
         err.flush()
         ts = _dll_ts(cfg, cfg.synthetic_us(k))
-        loss = max(7.5, loss - 0.02)
+        base = max(7.5, base - 0.02)
+        loss = base * scale if scale != 1.0 else base
         if k < cfg.iters:
             _w(out, f"DLL {ts} - Training Epoch: 0 Training Iteration: {k}  average_loss : {loss}  "
                     f"step_loss : {loss}  learning_rate : {6e-3 * k / cfg.iters:.5g} ")
@@ -294,8 +315,9 @@ def emit_megatron_gpt(cfg: Config) -> None:
     last = cfg.world - 1
     lat = cfg.latency_ms if cfg.latency_ms else round(cfg.global_batch * 1000.0 / cfg.speed, 2)
     if cfg.rank == 0:
-        _w(out, f"using world size: {cfg.world}, data-parallel-size: {cfg.world}, tensor-model-parallel size: 1, "
-                "pipeline-model-parallel size: 1 ")
+        lay = cfg.extra.get("layout") or {"dp": cfg.world, "tp": 1, "pp": 1}
+        _w(out, f"using world size: {cfg.world}, data-parallel-size: {lay['dp']}, tensor-model-parallel size: "
+                f"{lay['tp']}, pipeline-model-parallel size: {lay['pp']} ")
         _w(out, "------------------------ arguments ------------------------")
         _w(out, f"  global_batch_size ............................... {cfg.global_batch}")
         _w(out, f"  train_iters ..................................... {cfg.iters}")
@@ -342,143 +364,40 @@ def run(cfg: Config) -> int:
     if hasattr(signal, "SIGPIPE"):  # `... | head` ends us quietly, like a real trainer
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     record(cfg)
-    EMITTERS[cfg.fmt](cfg)
+    burners = burn_cores(int(os.environ.get("DLPERF_STANDIN_BURN_CORES") or 0))
+    try:
+        EMITTERS[cfg.fmt](cfg)
+    finally:
+        for b in burners:
+            b.terminate()
     sys.stdout.flush()
     sys.stderr.flush()
     return 0
 
 
-# --------------------------------------------------------------------------- environment
-def _env_num(name: str, cast=float, default=None):
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    try:
-        return cast(v)
-    except ValueError:
-        sys.stderr.write(f"dlperf-standin: ignoring {name}={v!r} (not a number)\n")
-        return default
+def _spin() -> None:
+    while True:
+        pass
 
 
-def _faults_for(rank: int) -> dict:
-    out = {}
-    for kind in ("HANG", "CRASH"):
-        after = _env_num(f"DLPERF_STANDIN_{kind}_AFTER", int)
-        who = _env_num(f"DLPERF_STANDIN_{kind}_RANK", int)
-        if after is not None and (who is None or who == rank):
-            out[f"{kind.lower()}_after"] = after
-    return out
+def burn_cores(n: int) -> list:
+    """``n`` child processes that keep a core busy each until terminated (daemonic: they end with us)."""
+    if n <= 0:
+        return []
+    import multiprocessing
+
+    procs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(max(0, n))]
+    for pr in procs:
+        pr.start()
+    return procs
 
 
-def speed_from_env(world: int, nodes: int) -> float:
-    gpn = max(world // max(nodes, 1), 1)
-    topo = f"{nodes}N{gpn}G"
-    for name in ("DLPERF_STANDIN_SPEED_" + topo, "DLPERF_STANDIN_SPEED"):
-        v = _env_num(name)
-        if v is not None:
-            return round(v, 2)
-    per_gpu = _env_num("DLPERF_STANDIN_SPEED_PER_GPU", default=100.0)
-    eff = _env_num("DLPERF_STANDIN_SCALING", default=1.0) if world > 1 else 1.0
-    return round(per_gpu * world * eff, 2)
-
-
-def latency_from_env(world: int, nodes: int) -> float | None:
-    gpn = max(world // max(nodes, 1), 1)
-    for name in (f"DLPERF_STANDIN_LATENCY_MS_{nodes}N{gpn}G", "DLPERF_STANDIN_LATENCY_MS"):
-        v = _env_num(name)
-        if v is not None:
-            return round(v, 2)
-    return None
-
-
-def _rank_env() -> dict:
-    """Rank / world / nodes from the launcher's environment (OpenMPI or torch.distributed.launch)."""
-    e = os.environ
-    if "OMPI_COMM_WORLD_RANK" in e:
-        world = int(e.get("OMPI_COMM_WORLD_SIZE", "1"))
-        local_size = int(e.get("OMPI_COMM_WORLD_LOCAL_SIZE", str(world)))
-        return {"rank": int(e["OMPI_COMM_WORLD_RANK"]), "world": world,
-                "local_rank": int(e.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")),
-                "nodes": max(world // max(local_size, 1), 1)}
-    world = int(e.get("WORLD_SIZE", "1"))
-    local_world = int(e.get("LOCAL_WORLD_SIZE", str(world)))
-    return {"rank": int(e.get("RANK", "0")), "world": world, "local_rank": int(e.get("LOCAL_RANK", "0")),
-            "nodes": max(world // max(local_world, 1), 1)}
-
-
-def _common_env() -> dict:
-    return {
-        "time_scale": _env_num("DLPERF_STANDIN_TIME_SCALE", default=1.0),
-        "exit_code": _env_num("DLPERF_STANDIN_EXIT_CODE", int, 1),
-        "memory_mb": _env_num("DLPERF_STANDIN_MEMORY_MB", default=13694.0),
-        "record": os.environ.get("DLPERF_STANDIN_RECORD"),
-    }
-
-
+# --------------------------------------------------------------------------- shims (dlperf_standin_shims.py)
 def shim_main(fmt: str, argv: list[str] | None = None) -> int:
-    """Entry point of the stand-in training scripts: parse the real flags of ``fmt``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    r = _rank_env()
-    kw: dict = {"fmt": fmt, "argv": [sys.argv[0]] + argv}
-    if fmt == "mxnet_bert":
-        p.add_argument("--total_batch_size", type=int, default=256)
-        p.add_argument("--num_steps", type=int, default=20)
-        p.add_argument("--dtype", default="float32")
-        a, _ = p.parse_known_args(argv)
-        kw.update(batch=max(a.total_batch_size // r["world"], 1), iters=a.num_steps,
-                  precision="amp" if a.dtype == "float16" else "fp32")
-    elif fmt == "mxnet_resnet50":
-        p.add_argument("--batch-size", type=int, default=32)
-        p.add_argument("--num-batches", type=int, default=120)
-        p.add_argument("--dtype", default="float32")
-        a, _ = p.parse_known_args(argv)
-        kw.update(batch=a.batch_size, iters=a.num_batches, precision="amp" if a.dtype == "float16" else "fp32")
-    elif fmt == "pytorch_bert":
-        p.add_argument("--train_batch_size", type=int, default=32)
-        p.add_argument("--max_steps", type=float, default=1000)
-        p.add_argument("--fp16", action="store_true")
-        p.add_argument("--local_rank", type=int, default=None)
-        a, _ = p.parse_known_args(argv)
-        if a.local_rank is not None:
-            r["local_rank"] = a.local_rank
-        kw.update(batch=a.train_batch_size, iters=int(a.max_steps), precision="amp" if a.fp16 else "fp32")
-    elif fmt == "tensorflow_bert":
-        p.add_argument("--train_batch_size", type=int, default=32)
-        p.add_argument("--num_steps_per_epoch", type=int, default=120)
-        p.add_argument("--num_train_epochs", type=int, default=1)
-        p.add_argument("--num_gpus", type=int, default=1)
-        p.add_argument("--worker_hosts", default="")
-        p.add_argument("--task_index", type=int, default=0)
-        p.add_argument("--dtype", default="fp32")
-        a, _ = p.parse_known_args(argv)
-        nodes = len([h for h in a.worker_hosts.split(",") if h]) or 1
-        world = a.num_gpus * nodes
-        r = {"rank": a.task_index, "world": world, "local_rank": 0, "nodes": nodes}
-        kw.update(batch=max(a.train_batch_size // world, 1), global_batch=a.train_batch_size,
-                  iters=a.num_steps_per_epoch * a.num_train_epochs, precision="amp" if a.dtype == "fp16" else "fp32")
-    elif fmt == "megatron_gpt":
-        p.add_argument("--global-batch-size", type=int, default=16)
-        p.add_argument("--micro-batch-size", type=int, default=2)
-        p.add_argument("--train-iters", type=int, default=130)
-        p.add_argument("--log-interval", type=int, default=100)
-        p.add_argument("--local_rank", type=int, default=None)
-        a, _ = p.parse_known_args(argv)
-        if a.local_rank is not None:
-            r["local_rank"] = a.local_rank
-        kw.update(batch=a.micro_batch_size, global_batch=a.global_batch_size, iters=a.train_iters,
-                  log_interval=a.log_interval, precision="amp")
-    else:
-        raise SystemExit(f"dlperf-standin: unknown format {fmt!r}")
-    kw.update(r)
-    kw["speed"] = speed_from_env(r["world"], r["nodes"])
-    if fmt == "megatron_gpt":
-        kw["latency_ms"] = latency_from_env(r["world"], r["nodes"])
-        if kw["latency_ms"] is None:
-            kw["latency_ms"] = round(kw["global_batch"] * 1000.0 / kw["speed"], 2)
-    kw.update(_common_env())
-    kw.update(_faults_for(r["rank"]))
-    return run(Config(**kw))
+    """Entry point of the stand-in training scripts (strict upstream contract; see dlperf_standin_shims)."""
+    from dlperf_standin_shims import shim_main as _shim_main
+
+    return _shim_main(fmt, argv)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -508,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="real sleep per step = synthetic step time x this (0 = no sleeping; default 1)")
     p.add_argument("--record", default=None, help="append one JSON line describing this rank to this file")
     a = p.parse_args(argv)
-    env = _common_env()
+    from dlperf_standin_shims import common_env, speed_from_env
+
+    env = common_env()
     speed = a.speed if a.speed is not None else speed_from_env(a.world, a.nodes)
     cfg = Config(fmt=a.format, speed=round(speed, 2), latency_ms=a.latency_ms, iters=a.iters, rank=a.rank,
                  world=a.world, local_rank=a.local_rank, nodes=a.nodes, batch=a.batch_size,

@@ -1,0 +1,192 @@
+"""Engine steps 1-2: plan (no node touched) and prepare (login, pull, env capture).
+
+``plan_runs`` returns the *run set*: a JSON-safe dict that every later step takes::
+
+    {"runs": [run, ...], "trials": [item, ...], "trial_keys": [...], "dry_run": bool,
+     "policy": str, "cluster": str, "params": {...}}
+
+``run`` = ``{run_id, run_dir, suite, framework, image, upstream_commit, started_at, window,
+n_trials, summary, rerun}``; ``item`` = what running one trial needs (``run_id``, ``run_dir``,
+``suite``, ``trial`` (Trial.to_dict), ``trial_id``, ``key``, ``dry_run``, ``policy``, ``image``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from dlperf_tasks.engine.errors import NonRetriable, Retriable
+from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now_iso, read_json, write_json
+from dlperf_tasks.errors import DlperfError, RemoteError
+from dlperf_tasks.remote.local import LOCAL_MAX_PROCS
+from dlperf_tasks.store.redact_facts import NODE_IDENTITY_FILE as IDENTITY_FILE
+
+OVERRIDE_KEYS = ("batch_sizes", "precisions", "topologies", "trials", "warmup_iters", "measure_iters",
+                 "image_tag", "xla")
+
+
+def load_suite(suite_id: str, settings):
+    from dlperf_tasks.catalog.loader import load_suite as _load
+
+    return _load(suite_id, extra_dirs=list(settings.catalog_path) or None)
+
+
+def load_inventory(settings):
+    """The configured cluster's inventory file as it is (None for ``local``): nodes and GPUs,
+    no credentials."""
+    if settings.is_local:
+        return None
+    from dlperf_tasks.remote.inventory import Cluster
+
+    try:
+        return Cluster.from_yaml(settings.cluster)
+    except (OSError, RemoteError) as exc:
+        raise NonRetriable(f"cluster {settings.cluster}: {exc}") from None
+
+
+def load_cluster(settings):
+    """The inventory of the configured cluster (None for ``local``); ``settings.resolve_cluster``
+    (when the entry point defines one) adds credentials from its own connection store."""
+    cluster = load_inventory(settings)
+    hook = getattr(settings, "resolve_cluster", None)
+    return hook(cluster) if hook and cluster is not None else cluster
+
+
+def check_fits(topologies, settings, cluster=None) -> None:
+    """Every topology must fit the configured cluster (checked before any node is touched; the
+    inventory's counts only: no credential is looked up for it)."""
+    if settings.is_local:
+        have_nodes, have_gpus, where = 1, LOCAL_MAX_PROCS, "the local cluster (this machine)"
+    else:
+        cluster = cluster or load_inventory(settings)
+        have_nodes, have_gpus = len(cluster.nodes), max(n.gpus for n in cluster.nodes)
+        where = f"cluster {getattr(cluster, 'name', settings.cluster)}"
+    for topo in topologies:
+        if topo.nodes > have_nodes:
+            raise NonRetriable(f"invalid run parameter topologies: {topo.name} needs {topo.nodes} nodes; "
+                               f"{where} has {have_nodes}")
+        if topo.gpus_per_node > have_gpus:
+            raise NonRetriable(f"invalid run parameter topologies: {topo.name} needs {topo.gpus_per_node} "
+                               f"GPUs per node; {where} has at most {have_gpus}")
+
+
+def plan_runs(group: str, suite_ids: list[str], params: Mapping[str, Any], settings, *,
+              group_run_id: str | None = None, run_dirs: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Plan every selected suite (``params["suites"]`` or all of ``suite_ids``) with the params'
+    overrides, check they fit the cluster, create the run directories (``run_dirs[suite]`` or
+    ``<work_dir>/<run_id>``). A re-run of the same ``group_run_id`` reuses its run ids."""
+    from dlperf_tasks.plan import Overrides, plan
+
+    overrides = {k: params[k] for k in OVERRIDE_KEYS if params.get(k) not in (None, [], "")}
+    plans = []
+    for suite_id in params.get("suites") or sorted(suite_ids):
+        try:
+            plans.append((suite_id, plan(load_suite(suite_id, settings), Overrides.from_dict(overrides))))
+        except DlperfError as exc:
+            raise NonRetriable(f"suite {suite_id}: {exc}") from None
+    check_fits(sorted({c.topology for _, p in plans for c in p.cells}), settings)
+    record_path = group_run_record(settings.work_dir, group, group_run_id) if group_run_id else None
+    known = (read_json(record_path) or {}) if record_path else {}
+    known_runs = known.get("runs", {}) if known.get("dag_run_id") == group_run_id else {}
+    dry_run, policy = bool(params.get("dry_run")), params.get("policy") or settings.policy
+    cluster_name = "local" if settings.is_local else Path(settings.cluster).name
+    runs, items = [], []
+    for suite_id, p in plans:
+        prev = known_runs.get(suite_id) or {}
+        where = (run_dirs or {}).get(suite_id)
+        rd = RunDir.at(where, suite=suite_id) if where else None
+        run_id = prev.get("run_id") or (rd.run_id if rd else new_run_id(suite_id, group_run_id))
+        rd = rd or RunDir.at(Path(settings.work_dir) / run_id, run_id)
+        started_at = prev.get("started_at") or now_iso()
+        doc = p.to_dict()
+        rd.write("plan.json", {**doc, "params": dict(params), "dag": group, "dag_run_id": group_run_id,
+                               "run_id": run_id, "started_at": started_at, "policy": policy, "dry_run": dry_run,
+                               "cluster": cluster_name})
+        runs.append({"run_id": run_id, "run_dir": str(rd.path), "suite": suite_id, "framework": p.framework,
+                     "image": p.image, "upstream_commit": p.upstream_commit, "started_at": started_at,
+                     "window": doc["window"], "n_trials": len(p.trials), "summary": p.summary(),
+                     "rerun": bool(prev)})
+        items += [{"run_id": run_id, "run_dir": str(rd.path), "suite": suite_id, "trial": t.trial.to_dict(),
+                   "trial_id": t.id, "key": t.trial.key, "dry_run": dry_run, "policy": policy, "image": p.image}
+                  for t in p.trials]
+    if record_path:
+        write_json(record_path, {"dag": group, "dag_run_id": group_run_id,
+                                 "runs": {r["suite"]: {"run_id": r["run_id"], "started_at": r["started_at"]}
+                                          for r in runs}})
+    return {"runs": runs, "trials": items, "trial_keys": [i["key"] for i in items], "dry_run": dry_run,
+            "policy": policy, "cluster": cluster_name,
+            "params": dict(params)}
+
+
+# --------------------------------------------------------------------------- prepare
+def prepare_nodes(rd: RunDir, suite, cluster, pool, nodes: list[str], *, image: str | None,
+                  capture_env: bool = True, ssh_port: int | None = None, upstream_commit: str | None = None,
+                  note=None):
+    """Login + pull (runtime.prepare) and env capture on ``nodes`` for one run; writes the run
+    dir's node facts and env.json. Returns (runtime, facts)."""
+    from dlperf_tasks.remote import envcapture
+    from dlperf_tasks.remote.runtime import make_runtime
+
+    runtime = make_runtime(suite.container, image=image, registry=cluster.registry, launcher=suite.launcher,
+                           ssh_port=ssh_port or cluster.mpi_ssh_port)
+    facts = runtime.prepare(pool, nodes)
+    # catalog data the suite's command reads (e.g. pytorch-bert's BERT-base config): H4, catalog/nodefiles.py
+    from dlperf_tasks.catalog.nodefiles import put_node_files
+
+    for n in nodes:
+        put_node_files(pool, n, cluster.node(n).workdir, suite)
+    for f in facts.values():
+        for n in f.notes:
+            note and note(f"warning: {n}")
+    env = envcapture.capture(pool, nodes, runtime, facts, upstream_commit) if capture_env else {}
+    rd.save_facts(facts)
+    # every name and address the nodes may print, for the store's redactor and leak scanner
+    rd.write(IDENTITY_FILE, envcapture.identities(pool, nodes))
+    digest = next((f.image_digest for f in facts.values() if getattr(f, "image_digest", None)), None)
+    rd.write("env.json", {"env": env, "nodes": [n.public_dict() for n in cluster.subset(nodes).nodes],
+                          "image": image if suite.container is not None else None, "image_digest": digest})
+    return runtime, facts
+
+
+def prepare_local(rd: RunDir) -> None:
+    """Prepare for the local cluster (this machine is the node): its environment and the
+    names and addresses it may print (for redaction)."""
+    from dlperf_tasks.remote import local
+    from dlperf_tasks.remote.envcapture import local_identity
+
+    rd.write("env.json", {"env": local.environment(), "image": None, "image_digest": None,
+                          "nodes": [{"name": "local0", "gpus": LOCAL_MAX_PROCS}]})
+    rd.write(IDENTITY_FILE, {"local0": local_identity()})
+
+
+def prepare(run_set: Mapping[str, Any], settings) -> dict[str, Any]:
+    """Prepare step of a scheduled run: every node of the cluster, for every run of the set
+    (local cluster: record this machine's environment)."""
+
+    if run_set["dry_run"]:
+        return {"skipped": "dry run"}
+    reruns = [r for r in run_set["runs"] if r.get("rerun")]
+    if reruns and not settings.is_local:
+        # the scheduled run is running again: a worker killed before may have left the run's
+        # trial running and its node leases held; clear them before anything starts
+        from dlperf_tasks.engine.finish import clean_runs
+
+        _, problems = clean_runs(reruns, run_set.get("trial_keys", []), settings)
+        if problems:
+            raise Retriable("cleaning what the previous attempt of this run left failed: " + "; ".join(problems))
+    if settings.is_local:
+        for run in run_set["runs"]:
+            prepare_local(RunDir(Path(run["run_dir"]), run["run_id"]))
+        return {"nodes": ["local0"]}
+    from dlperf_tasks.remote.ssh import SSHPool
+
+    cluster = load_cluster(settings)
+    try:
+        with SSHPool(cluster) as pool:
+            for run in run_set["runs"]:
+                rd = RunDir(Path(run["run_dir"]), run["run_id"])
+                prepare_nodes(rd, load_suite(run["suite"], settings), cluster, pool, list(cluster.names),
+                              image=cluster.resolve_image(run.get("image")), upstream_commit=run.get("upstream_commit"))
+    except RemoteError as exc:
+        raise Retriable(f"prepare on cluster {cluster.name}: {exc}") from None
+    return {"nodes": list(cluster.names)}

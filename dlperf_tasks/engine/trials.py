@@ -1,0 +1,318 @@
+"""Engine step 3 for one trial: lease its nodes (or use this machine), run it with the remote
+layer's runner and watchdog (or the local runtime), gate it, write its record.
+
+A remote trial runs in two halves with the watcher in between: :func:`start_item` (lease,
+telemetry, start the detached jobs; returns plain data) and :func:`finish_item` (copy the logs,
+clean the nodes, telemetry, gate, record, release the leases). :func:`run_item` runs both in
+this process with :func:`dlperf_tasks.remote.jobpoll.wait` between them; a deferring trial task
+runs the first half, defers to a trigger that polls with the same
+:func:`~dlperf_tasks.remote.jobpoll.poll_once` (renewing the leases), and runs the second half
+when it resumes, maybe on another worker. ``dlperf sweep`` runs many trials on nodes it leased
+up front through :mod:`dlperf_tasks.engine.schedule`, which calls :func:`run_on_nodes` (the same
+start, watcher and finish), so all record the same trial the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from dlperf_tasks.engine.errors import NonRetriable, Retriable
+from dlperf_tasks.engine.rundir import RunDir
+from dlperf_tasks.engine.setup import load_cluster, load_suite
+from dlperf_tasks.model import Trial, TrialResult, TrialStatus
+
+_STOP_EVENTS: dict[str, threading.Event] = {}
+#: lease TTL of a trial's nodes while this process holds them (start, finish, in-process watch)
+FINISH_LEASE_TTL_S = 120.0
+
+
+def _stop_key(run_id: str, trial_key: str) -> str:
+    return f"{run_id}/{trial_key}"
+
+
+def dry_run_commands(item: Mapping[str, Any], settings) -> list[str]:
+    """The shell-quoted commands a trial would run on each node (shown by dry runs)."""
+    from dlperf_tasks.frameworks import get
+    from dlperf_tasks.remote.local import launch_specs
+
+    trial = Trial.from_dict(item["trial"])
+    _, specs = launch_specs(trial, get(trial.cell.framework), load_suite(item["suite"], settings).launcher)
+    return [spec.shell() for _, spec in specs]
+
+
+def run_local(trial: Trial, suite, rd: RunDir, display=None, stop: threading.Event | None = None) -> TrialResult:
+    """Run the trial on the local runtime (this machine), with progress lines."""
+    from dlperf_tasks.frameworks import get
+    from dlperf_tasks.remote import local
+
+    nodes = [f"local{i}" for i in range(trial.cell.topology.nodes)]
+    if display:
+        display.started(trial, nodes)
+    tick = (lambda it: display.iteration(trial, nodes, it, trial.cell.window.total)) if display else None
+    with _sampled("sampled_local", trial, rd.path):
+        return local.run_trial(trial, get(suite.framework), suite.launcher, rd.path, timeout_s=suite.timeout_s,
+                               hang_timeout_s=suite.hang_timeout_s, progress=tick, stop_event=stop,
+                               plausible_max_per_gpu=(suite.extra or {}).get("plausible_max_per_gpu"))
+
+
+def _sampled(kind: str, *args):
+    """Telemetry sampling around a trial (dlperf_tasks.telemetry.hooks), when that package is there."""
+    import contextlib
+
+    try:
+        from dlperf_tasks.telemetry import hooks
+    except ImportError:
+        return contextlib.nullcontext()
+    return getattr(hooks, kind)(*args)
+
+
+def _runtime(suite, cluster, image: str | None):
+    from dlperf_tasks.remote.runtime import make_runtime
+
+    image = cluster.resolve_image(image or (suite.container.image if suite.container else None))
+    return make_runtime(suite.container, image=image, registry=cluster.registry, launcher=suite.launcher,
+                        ssh_port=cluster.mpi_ssh_port)
+
+
+def start_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *, pool, runtime, facts=None,
+                   attempt: int = 1, display=None, **kw) -> dict[str, Any]:
+    """Start the trial on ``nodes`` (held by the caller): telemetry sampler, then the remote
+    runner's jobs; the started trial's state (plain data, see :mod:`dlperf_tasks.remote.trial`)."""
+    from dlperf_tasks.engine.trialstate import telemetry_abort, telemetry_start
+    from dlperf_tasks.remote.trial import start_trial
+
+    # telemetry; the image's MOFED is compared with the host's (docker runtime only)
+    tele = telemetry_start(pool, nodes, trial, getattr(runtime, "image", None))
+    try:
+        state = start_trial(cluster, nodes, trial, suite, rd.run_id, pool=pool, runtime=runtime,
+                            facts=facts if facts is not None else rd.load_facts(nodes), attempt=attempt,
+                            progress=display.progress if display else None, **kw)
+    except BaseException:
+        telemetry_abort(pool, tele)
+        raise
+    state["telemetry"] = tele
+    return state
+
+
+def finish_on_nodes(cluster, state: Mapping[str, Any], verdict, suite, rd: RunDir, *, pool, runtime,
+                    display=None, **kw) -> TrialResult:
+    """Finish a started trial (this process or another one): the runner's finish, then telemetry."""
+    from dlperf_tasks.engine.trialstate import telemetry_stop
+    from dlperf_tasks.remote.trial import finish_trial
+
+    try:
+        return finish_trial(cluster, state, verdict, suite, rd.path, pool=pool, runtime=runtime,
+                            progress=display.progress if display else None, **kw)
+    finally:
+        telemetry_stop(pool, state.get("telemetry"), Trial.from_dict(state["trial"]), rd.path)
+
+
+def run_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *, pool, runtime, facts=None,
+                 attempt: int = 1, display=None, stop: threading.Event | None = None, poll_s: float = 0.25,
+                 unreachable_grace_s: float = 8.0) -> TrialResult:
+    """Run the trial on ``nodes`` (held by the caller) in this process: start, watch, finish."""
+    state = start_on_nodes(cluster, nodes, trial, suite, rd, pool=pool, runtime=runtime, facts=facts,
+                           attempt=attempt, display=display, unreachable_grace_s=unreachable_grace_s)
+    return _watch_and_finish(pool, state, poll_s, stop, display, lambda verdict: finish_on_nodes(
+        cluster, state, verdict, suite, rd, pool=pool, runtime=runtime, display=display))
+
+
+def _watch_and_finish(pool, state: dict, poll_s: float, stop, display, finish: Callable) -> Any:
+    from dlperf_tasks.remote.trial import watch_then_finish
+
+    return watch_then_finish(pool, state, poll_s, stop, display.progress if display else None, finish)
+
+
+def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None, attempt: int, display=None,
+                 lease_ttl_s: float = FINISH_LEASE_TTL_S, pool=None) -> dict[str, Any] | TrialResult:
+    """Lease ``topology.nodes`` free nodes (waiting up to the retry policy's lease wait) and start
+    the trial there. Returns its state (``leases`` and ``image`` added; the watch renews the leases
+    to ``lease_ttl_s``), or the result when no nodes could be had. A stop ends the wait.
+    ``pool``: the caller's (it goes on to watch the trial), else one of its own for the start."""
+    from dlperf_tasks.remote.allocation import lease_group, usable_nodes
+    from dlperf_tasks.remote.ssh import SSHPool
+
+    cluster = pool.cluster if pool is not None else load_cluster(settings)
+    topo = trial.cell.topology
+    fits = usable_nodes(cluster, trial, rd, settings)  # A/B: pinned nodes; else not quarantined, spread (issue 17)
+    if len(fits) < topo.nodes:
+        raise NonRetriable(f"trial {trial.id}: cluster {cluster.name} has no {topo.nodes} nodes with "
+                           f"{topo.gpus_per_node} GPUs")
+    # a fresh event per attempt: one left set by an earlier run's cleanup (a cleared DAG run keeps
+    # its run id) must not stop this one before it starts
+    stop = _STOP_EVENTS[_stop_key(rd.run_id, trial.key)] = threading.Event()
+    runtime = _runtime(suite, cluster, image)
+    with (contextlib.nullcontext(pool) if pool is not None else SSHPool(cluster)) as pool:
+        held = lease_group(pool, fits, topo.nodes, rd.run_id, wait_s=settings.lease_wait_s, stop=stop)
+        if isinstance(held, str):
+            status = TrialStatus.NOT_RUN if stop.is_set() else TrialStatus.NODE_UNREACHABLE
+            return TrialResult(trial=trial, status=status, reason=held)
+        try:  # the leases renew themselves while the trial starts (an image pull can outlast their TTL)
+            state = start_on_nodes(cluster, [n for h in held for n in h.nodes], trial, suite, rd, pool=pool,
+                                   runtime=runtime, attempt=attempt, display=display)
+        except BaseException:
+            for h in held:
+                h.release()
+            raise
+        leases = [x.to_doc() for h in held for x in h.detach()]  # from here the watch renews them
+    state.update(leases=leases, image=image)
+    if state.get("watch"):
+        state["watch"].update(leases=leases, lease_ttl_s=float(lease_ttl_s), renewed_at=0.0)
+    return state
+
+
+def finish_leased(state: Mapping[str, Any], verdict, suite, rd: RunDir, settings, *, display=None,
+                  pool=None) -> TrialResult:
+    """Finish a trial :func:`start_leased` started (any process, any host): collect, clean, gate,
+    release its leases."""
+    from dlperf_tasks.engine.trialstate import release_leases
+    from dlperf_tasks.remote.allocation import renew_all
+    from dlperf_tasks.remote.ssh import SSHPool
+
+    cluster = load_cluster(settings)
+    own = pool is None
+    pool = pool or SSHPool(cluster)
+    try:
+        # a deferred trial's leases (renewed to the trigger's long TTL) back to the in-process TTL: a
+        # worker dying while it collects frees the nodes for the retry soon, not after the long TTL
+        if (state.get("watch") or {}).get("lease_ttl_s", 0) > FINISH_LEASE_TTL_S:
+            renew_all(pool, state.get("leases"), FINISH_LEASE_TTL_S)
+        return finish_on_nodes(cluster, state, verdict, suite, rd, pool=pool,
+                               runtime=_runtime(suite, cluster, state.get("image")), display=display)
+    finally:
+        release_leases(pool, state.get("leases"))
+        if own:
+            pool.close()
+
+
+def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
+               log: Callable[[str], None] | None = None, lease_ttl_s: float = FINISH_LEASE_TTL_S, display=None,
+               pool=None) -> dict[str, Any]:
+    """The first half of one planned trial: ``{"record": ...}`` when it is done already (dry run,
+    a valid record in the run dir: ``reused``, the local runtime runs it whole here), else
+    ``{"started": state}`` (remote jobs running, nodes leased; :func:`finish_item` ends it)."""
+    from dlperf_tasks.engine.progress import Display
+    from dlperf_tasks.dagdecisions import adaptive_skip
+    from dlperf_tasks.report.result_json import trial_record
+
+    trial = Trial.from_dict(item["trial"])
+    if item.get("dry_run"):
+        res = TrialResult(trial=trial, status=TrialStatus.NOT_RUN, reason="dry run")
+        return {"record": {**trial_record(res), "commands": dry_run_commands(item, settings)}}
+    rd = RunDir(Path(item["run_dir"]), item["run_id"])
+    done = rd.reusable(trial)
+    if done is not None:  # a re-run of the scheduled run: this trial already has a valid result
+        return {"record": {**trial_record(done), "reused": True}}
+    if (skip := adaptive_skip(item, rd, settings)) is not None:  # issue 17: the cell's median is known
+        return {"record": skip}
+    suite = load_suite(item["suite"], settings)
+    display = display or Display(log, 1)
+    if settings.is_local:
+        return {"record": _record(item, rd, run_local(trial, suite, rd, display), display, try_number, max_tries)}
+    try:
+        got = start_leased(trial, suite, rd, settings, image=item.get("image"), attempt=try_number,
+                           display=display, lease_ttl_s=lease_ttl_s, pool=pool)
+    finally:
+        _STOP_EVENTS.pop(_stop_key(rd.run_id, trial.key), None)
+    if isinstance(got, TrialResult):
+        return {"record": _record(item, rd, got, display, try_number, max_tries)}
+    return {"started": got}
+
+
+def finish_item(item: Mapping[str, Any], settings, state: Mapping[str, Any], verdict, *, try_number: int = 1,
+                max_tries: int = 1, log: Callable[[str], None] | None = None, pool=None,
+                display=None) -> dict[str, Any]:
+    """The second half of :func:`start_item` (verdict: the watcher's); writes and returns the record."""
+    from dlperf_tasks.engine.progress import Display
+
+    rd = RunDir(Path(item["run_dir"]), item["run_id"])
+    display = display or Display(log, 1)
+    res = finish_leased(state, verdict, load_suite(item["suite"], settings), rd, settings, display=display, pool=pool)
+    return _record(item, rd, res, display, try_number, max_tries)
+
+
+def _record(item, rd: RunDir, res: TrialResult, display, try_number: int, max_tries: int) -> dict[str, Any]:
+    """Save the trial's record; raise Retriable while tries remain for a retriable status,
+    NonRetriable for a failed trial under policy fail_fast."""
+    out = rd.save_trial(res)
+    display.finished(res, try_number)
+    if res.status.retriable and try_number < max_tries:
+        raise Retriable(f"trial {res.trial.id}: {res.status.value}: {res.reason} (try {try_number} of {max_tries})")
+    if res.status != TrialStatus.OK and item.get("policy") == "fail_fast":
+        raise NonRetriable(f"trial {res.trial.id}: {res.status.value}: {res.reason} (policy fail_fast)")
+    return out
+
+
+def run_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
+             log: Callable[[str], None] | None = None, poll_s: float = 0.5) -> dict[str, Any]:
+    """One planned trial, whole, in this process (:func:`start_item`, the watcher, :func:`finish_item`:
+    the same halves a deferred task runs, with the trigger's poll rules in between); its record."""
+    from dlperf_tasks.engine.progress import Display
+    from dlperf_tasks.remote.ssh import SSHPool
+
+    display = Display(log, 1)
+    # one SSH pool (connections made when first used) for the start, the watch and the finish
+    with (contextlib.nullcontext() if settings.is_local else SSHPool(load_cluster(settings))) as pool:
+        got = start_item(item, settings, try_number=try_number, max_tries=max_tries, log=log, display=display,
+                         pool=pool)
+        if "record" in got:
+            return got["record"]
+        state = got["started"]
+        key = _stop_key(item["run_id"], Trial.from_dict(item["trial"]).key)
+        stop = _STOP_EVENTS[key] = threading.Event()  # fresh, as in start_leased
+        try:
+            return _watch_and_finish(pool, state, poll_s, stop, display, lambda verdict: finish_item(
+                item, settings, state, verdict, try_number=try_number, max_tries=max_tries, log=log, pool=pool,
+                display=display))
+        finally:
+            _STOP_EVENTS.pop(key, None)
+
+
+def stop_event(run_id: str, trial_key: str, forget: bool = False) -> threading.Event:
+    """The stop event :func:`stop_trial` sets for this trial in this process (a watcher running
+    here, e.g. a trigger run inline by a test harness, checks it); ``forget`` unregisters it."""
+    key = _stop_key(run_id, trial_key)
+    if forget:
+        return _STOP_EVENTS.pop(key, None) or threading.Event()
+    return _STOP_EVENTS.setdefault(key, threading.Event())
+
+
+def stop_trial(item: Mapping[str, Any], settings) -> None:
+    """Stop a running trial (task killed / run cancelled): kill its process groups or remote jobs."""
+    trial = Trial.from_dict(item["trial"])
+    if settings.is_local:
+        from dlperf_tasks.remote import local
+
+        local.stop(trial.key)
+        return
+    event = _STOP_EVENTS.get(_stop_key(item["run_id"], trial.key))
+    if event is not None:  # the running remote trial stops, kills its jobs and cleans its nodes
+        event.set()
+
+
+def stop_runs(run_ids: set[str]) -> None:
+    for key, event in list(_STOP_EVENTS.items()):
+        if key.split("/", 1)[0] in run_ids:
+            event.set()
+
+
+def abort_started(state: Mapping[str, Any], cluster, pool=None) -> list[str]:
+    """Stop a started trial nobody will finish (its deferred task was killed): its jobs and
+    telemetry loops killed, job directories and containers removed, leases released. Notes."""
+    from dlperf_tasks.engine.trialstate import release_leases, telemetry_abort
+    from dlperf_tasks.remote.ssh import SSHPool
+    from dlperf_tasks.remote.trial import abort_trial
+
+    own = pool is None
+    pool = pool or SSHPool(cluster)
+    try:
+        notes = abort_trial(cluster, state, pool)
+        telemetry_abort(pool, state.get("telemetry"))
+    finally:
+        release_leases(pool, state.get("leases"))
+        if own:
+            pool.close()
+    return notes

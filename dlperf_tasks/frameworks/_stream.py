@@ -1,0 +1,350 @@
+"""Incremental log parsing: a parser state that is fed raw text and scans it block by block.
+
+``Framework.stream()`` returns a :class:`LogStream`; ``feed(chunk)`` takes any piece of a log
+(``str`` or ``bytes``, a line may span pieces), ``max_iteration`` is the largest iteration seen
+so far, ``facts()`` a snapshot of the :class:`~dlperf_tasks.model.LogFacts`, ``result()`` the
+final :class:`~dlperf_tasks.model.ParsedLog`. The watchdog feeds only the new bytes of each
+poll; ``dlperf extract`` feeds 1 MiB blocks of a file.
+
+Why blocks: a per-line Python loop costs 10-20 us a line. Here the complete lines of each
+piece are normalised once (``\\r\\n`` and ``\\r`` become ``\\n`` like Python's universal newlines,
+NUL bytes dropped), counted with ``str.count`` and searched with compiled regexes that start
+with a literal (``re`` then skips to candidates at C speed). Only the matching lines cost Python
+time; crash markers are found with ``in`` per literal hint, then checked line by line.
+
+Caps (``max_lines``, :data:`MAX_LINE`): a line longer than ``MAX_LINE`` characters and a stream
+longer than ``max_lines`` lines are recorded in ``facts.errors`` with a clear reason (the gate
+makes the trial invalid); past ``max_lines`` nothing more is scanned.
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+import re
+from typing import Iterable
+
+from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, FactCollector, strip_tag
+from dlperf_tasks.model import LogFacts, ParsedLog, Sample
+
+
+
+#: a text left for the crash-marker scan at least this long is scanned once per distinct line
+#: (splitting and hashing cost ~1/3 of the 14 ``find`` passes; below this the saving is small)
+_DEDUPE_FROM = 32 * 1024
+
+
+def _long_line_at(block: str) -> int:
+    """Offset of a line longer than MAX_LINE in ``block``, or -1. Such a line covers a whole
+    aligned half-window of MAX_LINE/2 characters without a newline, so one ``find`` per half-window
+    (not a regex over every position) finds every candidate."""
+    half = MAX_LINE // 2
+    for lo in range(0, len(block), half):
+        if block.find("\n", lo, lo + half) < 0 and lo + half <= len(block):
+            start = block.rfind("\n", 0, lo) + 1
+            end = block.find("\n", lo)
+            if (end if end >= 0 else len(block)) - start > MAX_LINE:
+                return start
+    return -1
+
+
+#: the DLE/gluon-nlp ``Namespace(k=v, ...)`` and ``k=v`` flags (values without commas/spaces): a key
+#: at the start of the text or after a space, comma or ``(``. Compiled as two patterns, one for the
+#: start and one that begins with that character class, so ``re`` skips to candidates at C speed
+#: (``(?:^|[\s,(])`` in front gives it no prefix to skip to: every position was tried, ~20 us a line)
+_KV_NAME = r"[A-Za-z_][\w-]*"
+_KV_TAIL = r"(?:--)?({names})\s*=\s*('[^']*'|\"[^\"]*\"|[^\s,)]+)"
+
+
+def _kv_patterns(names: str) -> tuple[re.Pattern, re.Pattern]:
+    tail = _KV_TAIL.format(names=names)
+    return re.compile("^" + tail), re.compile(r"[\s,(]" + tail)
+
+
+_KV = _kv_patterns(_KV_NAME)
+
+
+def kv_args(text: str, keys: tuple[str, ...] | None = None) -> dict[str, str]:
+    """``Namespace(a=1, b='x')`` / ``--a=1 --b x`` -> {"a": "1", "b": "x"} (``=`` forms only).
+    ``keys``: only these (one regex for just them: a Namespace line has dozens of others)."""
+    at_start, after = _KV if keys is None else _kv_for(keys)
+    out = {}
+    pos = 0
+    m = at_start.match(text)
+    if m:  # what ``(?:^|[\s,(])`` matched first at offset 0
+        out[m.group(1).replace("-", "_")] = m.group(2).strip("'\"")
+        pos = m.end()
+    for m in after.finditer(text, pos):
+        out[m.group(1).replace("-", "_")] = m.group(2).strip("'\"")
+    return out
+
+
+_KV_CACHE: dict[tuple[str, ...], tuple[re.Pattern, re.Pattern]] = {}
+
+
+def _kv_for(keys: tuple[str, ...]) -> tuple[re.Pattern, re.Pattern]:
+    rx = _KV_CACHE.get(keys)
+    if rx is None:
+        rx = _KV_CACHE[keys] = _kv_patterns("|".join(re.escape(k).replace("_", "[_-]") for k in keys))
+    return rx
+
+
+def as_int(value) -> int | None:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if math.isfinite(f) and f == int(f) else None
+
+
+def as_float(text) -> float | None:
+    """A float, NaN and inf included (a non-finite loss must be seen, not dropped)."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+class LogStream:
+    """Parser state of one log. Subclasses implement :meth:`scan` (complete lines only)."""
+
+    #: False: samples are dropped after each block (a watchdog that needs only ``max_iteration``
+    #: keeps constant memory however long the log); facts are still collected
+    keep_samples = True
+
+    def __init__(self, max_lines: int | None = None) -> None:
+        self.fc = FactCollector()
+        self.samples: list[Sample] = []
+        self.extra: dict = {}
+        self.max_lines = max_lines
+        self.max_iteration: int | None = None
+        self._pending = ""
+        self._after_cr = False
+        self._skipping = False  # inside an over-long line whose head was already scanned
+        self._capped = False
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._lineno = 0  # lines completed before the current block
+
+    # ------------------------------------------------------------ feeding
+    def feed(self, chunk: str | bytes | bytearray) -> None:
+        """Add the next piece of the log (may end in the middle of a line)."""
+        text = self._decoder.decode(bytes(chunk)) if isinstance(chunk, (bytes, bytearray)) else chunk
+        if not text:
+            return
+        if self._after_cr and text[0] == "\n":
+            text = text[1:]
+            if not text:
+                self._after_cr = False
+                return
+        self._after_cr = text[-1] == "\r"
+        text = self._pending + text if self._pending else text
+        cut = max(text.rfind("\n"), text.rfind("\r"))
+        if cut < 0:
+            if self._skipping:
+                return
+            self._pending = text
+            if len(text) > MAX_LINE:
+                self._long_line()
+                self._block(text[:MAX_LINE] + "\n")
+                self._pending = ""
+                self._skipping = True
+            return
+        self._pending = text[cut + 1:]
+        block = text[:cut + 1]
+        if "\r" in block:
+            block = block.replace("\r\n", "\n").replace("\r", "\n")
+        if self._skipping:
+            block = block[block.index("\n") + 1:]
+            self._skipping = False
+        if len(self._pending) > MAX_LINE:
+            self._long_line()
+            block += self._pending[:MAX_LINE] + "\n"
+            self._pending = ""
+            self._skipping = True
+        if block:
+            self._block(block)
+
+    def close(self) -> ParsedLog:
+        """End of the log: scan an unterminated last line, return :meth:`result`."""
+        tail = self._decoder.decode(b"", final=True)
+        if tail:
+            self.feed(tail)
+        if self._pending and not self._skipping:
+            pending, self._pending = self._pending, ""
+            self._block(pending + "\n")
+        self._pending = ""
+        return self.result()
+
+    def _long_line(self) -> None:
+        self.fc.error(f"line {self._lineno + 1}: longer than {MAX_LINE} characters (cap; the rest of it "
+                      "was not read)")
+
+    def _block(self, block: str) -> None:
+        if self._capped:
+            return
+        if "\x00" in block:
+            block = block.replace("\x00", "")
+        n = block.count("\n")
+        if self.max_lines is not None and self._lineno + n > self.max_lines:
+            keep = self.max_lines - self._lineno
+            end = -1
+            for _ in range(max(keep, 0)):
+                end = block.index("\n", end + 1)
+            block = block[:end + 1]
+            n = keep
+            self._capped = True
+            self.fc.error(f"log has more than {self.max_lines} lines (cap on lines per trial); "
+                          "the rest was not read")
+        if len(block) > MAX_LINE:
+            at = _long_line_at(block)
+            if at >= 0:
+                self.fc.error(f"line {self.line_no(block, at)}: longer than {MAX_LINE} characters (cap)")
+        self.fc.facts.lines += n
+        rest = self.scan(block)
+        self._crash_scan(block if rest is None else rest)
+        self._lineno += n
+        if not self.keep_samples:
+            self.samples.clear()
+
+    def _crash_scan(self, block: str) -> None:
+        fc = self.fc
+        if len(block) >= _DEDUPE_FROM and block.endswith("\n"):
+            # every rank prints the same setup lines (MXNet BERT 4n8g: 32 Namespace lines of ~4 KB):
+            # scan each distinct line once. Same markers in the same order: a repeated line adds
+            # nothing to FactCollector.crash_line (same text, same key)
+            block = "\n".join(dict.fromkeys(block.split("\n")))
+        for hint in _CRASH_HINTS:
+            pos = block.find(hint)
+            while pos >= 0:
+                start = block.rfind("\n", 0, pos) + 1
+                end = block.find("\n", pos)
+                fc.crash_line(block[start:end])
+                if len(fc.facts.crash_markers) >= 50:
+                    return
+                pos = block.find(hint, end)
+
+    # ------------------------------------------------------------ helpers for scan()
+    def line_no(self, block: str, pos: int) -> int:
+        """1-based number of the line holding ``block[pos]`` (for error messages)."""
+        return self._lineno + block.count("\n", 0, pos) + 1
+
+    @staticmethod
+    def line_at(block: str, pos: int) -> tuple[int, str]:
+        """(start offset, text) of the line holding ``block[pos]``."""
+        start = block.rfind("\n", 0, pos) + 1
+        end = block.find("\n", pos)
+        return start, block[start:end]
+
+    @staticmethod
+    def lines_with(block: str, literal: str) -> Iterable[tuple[int, str]]:
+        """Each line (start offset, text) that contains ``literal``, once."""
+        pos = block.find(literal)
+        while pos >= 0:
+            start = block.rfind("\n", 0, pos) + 1
+            end = block.find("\n", pos)
+            yield start, block[start:end]
+            pos = block.find(literal, end)
+
+    @staticmethod
+    def rank_at(block: str, start: int) -> int | None:
+        """The ``[1,N]<stdout>:`` rank tag at the start of the line beginning at ``start``."""
+        if block.startswith("[", start):
+            return strip_tag(block[start:start + 40])[0]
+        return None
+
+    def add(self, sample: Sample) -> None:
+        self.samples.append(sample)
+        self.fc.iteration(sample.iteration, sample.rank)
+        if self.max_iteration is None or sample.iteration > self.max_iteration:
+            self.max_iteration = sample.iteration
+
+    def loss(self, iteration: int, name: str, text: str) -> float | None:
+        """Record a loss value; a non-finite one is kept as a fact (the gate refuses the trial)."""
+        v = as_float(text)
+        if v is None:
+            return None
+        if not math.isfinite(v):
+            self.nonfinite_loss(iteration, name, text)
+        return v
+
+    def nonfinite_loss(self, iteration: int, name: str, text: str) -> None:
+        bad = self.fc.facts.nonfinite_losses
+        if len(bad) < 20:
+            bad.append(f"iteration {iteration}: {name} = {text}")
+
+    # ------------------------------------------------------------ results
+    def scan(self, block: str) -> str | None:  # pragma: no cover - abstract
+        """Read the complete lines of ``block``. May return the text left after removing
+        well-formed iteration lines; the crash-marker scan then reads only that (None: all)."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Hook: derive facts once the log is complete (before :meth:`result` builds the ParsedLog)."""
+
+    def facts(self) -> LogFacts:
+        """A snapshot of the facts so far (iterations and ranks sorted)."""
+        return self.fc.snapshot()
+
+    def result(self) -> ParsedLog:
+        self.finish()
+        facts = self.fc.finish()
+        its = facts.iterations_seen
+        if len(its) >= 2 and facts.stride is None:
+            if its[-1] - its[0] == len(its) - 1:  # sorted distinct ints: every step is 1 (the Counter's answer)
+                facts.stride = its[1] - its[0]
+            else:
+                from collections import Counter
+                from operator import sub
+
+                facts.stride = Counter(map(sub, its[1:], its)).most_common(1)[0][0]
+        return ParsedLog(samples=self.samples, facts=facts, extra=self.extra)
+
+
+def parse_with(stream: LogStream, lines: Iterable[str | bytes]) -> ParsedLog:
+    """``Framework.parse(lines)``: each item is a line (trailing newline optional) or any piece
+    holding several lines; items are batched into blocks so the cost stays per block."""
+    buf: list[str] = []
+    size = 0
+    for item in lines:
+        text = item.decode("utf-8", errors="replace") if isinstance(item, (bytes, bytearray)) else str(item)
+        buf.append(text)
+        if not text.endswith(("\n", "\r")):
+            buf.append("\n")
+        size += len(text)
+        if size >= 1 << 20:
+            stream.feed("".join(buf))
+            buf, size = [], 0
+    if buf:
+        stream.feed("".join(buf))
+    return stream.close()
+
+
+class LineParseStream(LogStream):
+    """Fallback for a framework that only has a line parser (``parse`` overridden, no ``Stream``):
+    each block's lines go through ``framework.parse`` and the pieces are merged (samples, facts;
+    list-valued extras are joined, others replaced)."""
+
+    def __init__(self, framework, max_lines: int | None = None) -> None:
+        super().__init__(max_lines=max_lines)
+        self.framework = framework
+
+    def _crash_scan(self, block: str) -> None:  # the framework's parse looks for crashes itself
+        pass
+
+    def scan(self, block: str) -> None:
+        part = self.framework.parse(block.split("\n")[:-1])
+        for s in part.samples:
+            self.add(s)
+        f = part.facts
+        for r in f.ranks_seen:
+            self.fc.rank(r)
+        for m in f.crash_markers:
+            if m not in self.fc.facts.crash_markers:
+                self.fc.facts.crash_markers.append(m)
+        for e in f.errors:
+            self.fc.error(e)
+        for k, v in part.extra.items():
+            if isinstance(v, list) and isinstance(self.extra.get(k), list):
+                self.extra[k] = sorted(set(self.extra[k]) | set(v))
+            else:
+                self.extra[k] = v

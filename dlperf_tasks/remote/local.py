@@ -1,0 +1,166 @@
+"""The ``local`` runtime: a trial's nodes are process groups on this machine.
+
+Beside the ``docker`` and ``host`` runtimes (remote/runtime.py, over SSH), this one runs
+each "node" of the topology as a process group (``setsid``) on this machine, started from
+the framework's argv list without a shell; its output goes to the node's log file in the
+run's log tree. A watchdog stops the whole trial on the wall-clock limit, when no node's
+log grows for ``hang_timeout_s``, or when a node exits non-zero. The logs then go through
+the same gate as every other runtime (:func:`dlperf_tasks.extract.gate_run_logs`).
+:func:`stop` kills every process group a trial started (a cancelled task calls it).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from dlperf_tasks.frameworks.base import Framework, NodeSpec
+from dlperf_tasks.model import Trial, TrialResult, TrialStatus
+
+LOCAL_MAX_PROCS = 8  # "GPUs" per node on the local cluster = worker processes on this machine
+_RUNNING: dict[str, list[subprocess.Popen]] = {}
+_LOCK = threading.Lock()
+
+
+def local_nodes(count: int, gpus: int | None = None) -> list[NodeSpec]:
+    """``count`` virtual nodes on this machine (names local0..; all reachable at 127.0.0.1)."""
+    return [NodeSpec(name=f"local{i}", address="127.0.0.1", gpus=gpus or (os.cpu_count() or 1)) for i in range(count)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def environment() -> dict[str, Any]:
+    """Environment capture of this machine (no IPs, no user names)."""
+    env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(terse=True),
+                           "cpu_count": os.cpu_count(), "runtime": "local"}
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["cuda_available"] = bool(torch.cuda.is_available())
+    except ImportError:
+        env["torch"] = None
+    return env
+
+
+def stop(trial_key: str, grace_s: float = 5.0) -> int:
+    """Terminate (then kill) every process group started for ``trial_key``; returns how many."""
+    with _LOCK:
+        procs = _RUNNING.pop(trial_key, [])
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in procs if p.poll() is None]
+        for p in alive:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while any(p.poll() is None for p in alive) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return len(procs)
+
+
+def _settings(launcher: Mapping) -> dict:
+    # this machine is the node: its interpreter (the venv) and a free port, whatever the suite says
+    return {**dict(launcher or {}), "python": sys.executable, "master_port": free_port()}
+
+
+def launch_specs(trial: Trial, framework: Framework, launcher: Mapping):
+    topo = trial.cell.topology
+    nodes = local_nodes(topo.nodes, topo.gpus_per_node)
+    ranks = range(1) if framework.launch_mode == "mpi" else range(topo.nodes)
+    settings = _settings(launcher)
+    return nodes, [(r, framework.launch(trial, r, nodes, settings)) for r in ranks]
+
+
+def run_trial(trial: Trial, framework: Framework, launcher: Mapping, run_dir: str | Path, *,
+              timeout_s: float = 3600, hang_timeout_s: float = 600,
+              progress: Callable[[int], None] | None = None,
+              stop_event: threading.Event | None = None,
+              plausible_max_per_gpu: float | None = None) -> TrialResult:
+    """Run ``trial`` as local processes, write its logs under ``run_dir``, gate it.
+    ``progress(iteration)`` is called every few seconds with the iterations seen so far;
+    ``plausible_max_per_gpu`` is the suite's plausibility bound (None: the framework's default)."""
+    from dlperf_tasks.extract import gate_run_logs
+
+    run_dir = Path(run_dir)
+    started = time.time()
+    procs: list[subprocess.Popen] = []
+    logs: list[Path] = []
+    try:
+        nodes, specs = launch_specs(trial, framework, launcher)
+        for rank, spec in specs:
+            log = run_dir / framework.log_relpath(trial, rank)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            logs.append(log)
+            with open(log, "wb") as fh:
+                procs.append(subprocess.Popen(
+                    spec.argv, env={**os.environ, **spec.env}, cwd=spec.workdir or None,
+                    stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
+            with _LOCK:
+                _RUNNING.setdefault(trial.key, []).append(procs[-1])
+    except (OSError, ValueError) as exc:
+        stop(trial.key)
+        return TrialResult(trial=trial, status=TrialStatus.LAUNCH_FAILED, reason=f"launch failed: {exc}",
+                           log_paths=[str(p.relative_to(run_dir)) for p in logs], started_at=started,
+                           finished_at=time.time())
+    metrics_log = run_dir / framework.log_relpath(trial, (framework.metrics_nodes(trial.cell) or [0])[0])
+    status, reason = _watch(procs, logs, timeout_s, hang_timeout_s, stop_event,
+                            lambda: progress and progress(_iterations(framework, metrics_log)))
+    if status is not None:
+        stop(trial.key)
+    with _LOCK:
+        _RUNNING.pop(trial.key, None)
+    codes = {nodes[r].name: p.returncode for (r, _), p in zip(specs, procs)}
+    return gate_run_logs(trial, run_dir, exit_codes=codes, runtime_status=status, runtime_reason=reason,
+                         nodes=[n.name for n in nodes], started_at=started, finished_at=time.time(),
+                         plausible_max_per_gpu=plausible_max_per_gpu)
+
+
+def _iterations(framework: Framework, log: Path) -> int:
+    try:
+        with open(log, encoding="utf-8", errors="replace") as fh:
+            seen = framework.parse(fh).facts.iterations_seen
+    except OSError:
+        return 0
+    return max(seen) if seen else 0
+
+
+def _watch(procs, logs, timeout_s, hang_timeout_s, stop_event, tick, tick_s: float = 3.0):
+    start = time.monotonic()
+    last_size, last_change, last_tick = -1, start, start
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        if stop_event is not None and stop_event.is_set():
+            return TrialStatus.NOT_RUN, "stopped"
+        size = sum(p.stat().st_size for p in logs if p.exists())
+        if size != last_size:
+            last_size, last_change = size, now
+        if now - last_tick >= tick_s:
+            last_tick = now
+            try:
+                tick()
+            except Exception:  # noqa: BLE001 - a display never breaks a trial
+                pass
+        if now - start > timeout_s:
+            return TrialStatus.TIMEOUT, f"still running after {timeout_s:.0f} s"
+        if now - last_change > hang_timeout_s:
+            return TrialStatus.HANG, f"no log output for {hang_timeout_s:.0f} s"
+        if any(p.poll() not in (None, 0) for p in procs):  # one node failed: stop the others soon
+            time.sleep(2)
+            if any(p.poll() is None for p in procs):
+                return TrialStatus.NONZERO_EXIT, "a node exited non-zero; the others were stopped"
+        time.sleep(0.2)
+    return None, ""

@@ -1,0 +1,178 @@
+"""dlperf's settings: one object, read once (:meth:`Settings.load`) and passed down.
+
+Every entry point (``dlperf`` CLI commands, the scheduler's DAG tasks, the results page)
+builds one :class:`Settings` and hands it to the engine, the store and the history code;
+nothing below reads the environment for these keys again.
+
+Where a value comes from, first match wins:
+
+1. an explicit override (``--store URL`` on the CLI, a test's keyword argument);
+2. the environment: ``DLPERF_STORE_URL``, ``DLPERF_CLUSTER``, ``DLPERF_WORK_DIR``,
+   ``DLPERF_CATALOG_PATH``, ``DLPERF_NOTIFY_URL``, ``DLPERF_REDACTION``, ``DLPERF_POLICY``,
+   ``DLPERF_TRIAL_RETRIES``, ``DLPERF_LEASE_WAIT_S``;
+3. a ``get(key, default)`` function given by the caller (the scheduler layer maps its own
+   configuration section onto it; see the scheduler layer's settings module);
+4. the defaults below. The store's ONE default is ``file://<data dir>/store`` and the work
+   directory's is ``<data dir>/work``, where the data dir is ``$DLPERF_HOME``, else
+   ``<checkout>/.run`` (what ``make run`` uses), so ``make run`` and ``dlperf results ls``
+   see the same store without any setting.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Mapping
+
+POLICIES = ("continue", "fail_fast")
+REDACTIONS = ("ips", "hostnames", "users")
+ENV_PREFIX = "DLPERF_"
+Getter = Callable[[str, "str | None"], "str | None"]
+
+
+class SettingsError(ValueError):
+    """A setting has a bad value (the message names the key and where it came from)."""
+
+
+def project_root() -> Path:
+    """The checkout (or install) root: the parent of the ``dlperf_tasks`` package."""
+    return Path(__file__).resolve().parents[1]
+
+
+def data_dir() -> Path:
+    """``$DLPERF_HOME``, else ``<checkout>/.run``: where the default store and work dir live."""
+    home = os.environ.get("DLPERF_HOME")
+    return Path(home).expanduser() if home else project_root() / ".run"
+
+
+def default_store_url() -> str:
+    """The one default store: ``file://<data dir>/store``."""
+    return f"file://{data_dir() / 'store'}"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How failures are retried: trial retries (retriable statuses only: node unreachable,
+    launch failure, timeout, hang), how long a trial waits for nodes other runs hold, and
+    what a failed trial does to the run (``continue`` or ``fail_fast``)."""
+
+    trial_retries: int = 1
+    lease_wait_s: float = 1800.0
+    policy: str = "continue"
+
+
+@dataclass(frozen=True)
+class Settings:
+    cluster: str = "local"
+    store_url: str = field(default_factory=default_store_url)
+    work_dir: str = field(default_factory=lambda: str(data_dir() / "work"))
+    catalog_path: tuple[str, ...] = ()
+    notify_url: str | None = None
+    redaction: tuple[str, ...] = REDACTIONS
+    policy: str = "continue"
+    trial_retries: int = 1
+    lease_wait_s: float = 1800.0
+    store_source: str = "default"  # where store_url came from (printed by the CLI)
+
+    @property
+    def is_local(self) -> bool:
+        return self.cluster == "local"
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return RetryPolicy(self.trial_retries, self.lease_wait_s, self.policy)
+
+    @property
+    def redaction_spec(self) -> str:
+        return ",".join(self.redaction) or "none"
+
+    def with_store(self, url: str | None, source: str = "--store") -> "Settings":
+        """A copy whose store is ``url`` (None: unchanged)."""
+        if not url:
+            return self
+        return replace(self, store_url=_store_url(url, source), store_source=source)
+
+    def describe_store(self) -> str:
+        """One line for the CLI: which store, and why that one."""
+        return f"store: {self.store_url} (from {self.store_source})"
+
+    @classmethod
+    def load(cls, get: Getter | None = None, *, env: Mapping[str, str] | None = None, source: str = "settings",
+             **overrides) -> "Settings":
+        """Read every key once (explicit overrides > environment > ``get`` > defaults)."""
+        return cls(**load_values(get, env=env, source=source, **overrides))
+
+
+STORE_SCHEMES = ("file://", "s3://", "oss://")
+
+
+def _store_url(url: str, where: str) -> str:
+    """A store URL; a plain directory path becomes ``file://<absolute path>``."""
+    url = url.strip()
+    if "://" not in url and url:
+        return "file://" + os.path.abspath(os.path.expanduser(url))
+    if not url.startswith(STORE_SCHEMES):
+        raise SettingsError(f"{where}: store URL {url!r} must start with one of {', '.join(STORE_SCHEMES)}")
+    return url
+
+
+def _int(raw: str, key: str, lo: int) -> int:
+    try:
+        v = int(str(raw).strip())
+    except ValueError:
+        raise SettingsError(f"{key}: {raw!r} is not an integer") from None
+    if v < lo:
+        raise SettingsError(f"{key}: must be >= {lo}")
+    return v
+
+
+def parse_redaction(raw: str, key: str = "redaction") -> tuple[str, ...]:
+    raw = (raw or "").strip()
+    if raw.lower() == "none":
+        return ()
+    items = tuple(r.strip() for r in raw.split(",") if r.strip())
+    unknown = [r for r in items if r not in REDACTIONS]
+    if unknown:
+        raise SettingsError(f"{key}: unknown item(s) {unknown}; known: {', '.join(REDACTIONS)}")
+    return items
+
+
+def load_values(get: Getter | None = None, *, env: Mapping[str, str] | None = None, source: str = "settings",
+                **overrides) -> dict:
+    """The keyword arguments of :class:`Settings` (also used by subclasses that add keys)."""
+    env = os.environ if env is None else env
+
+    def pick(key: str, default: str | None) -> tuple[str | None, str]:
+        if overrides.get(key) is not None:
+            return str(overrides[key]), "argument"
+        name = ENV_PREFIX + key.upper()
+        if env.get(name):
+            return env[name], f"${name}"
+        if get is not None:
+            got = get(key, None)
+            if got not in (None, ""):
+                return got, f"{source} {key}"
+        return default, "default"
+
+    root = project_root()
+    store_url, store_source = pick("store_url", default_store_url())
+    cluster, cluster_source = pick("cluster", "local")
+    cluster = (cluster or "local").strip()
+    if cluster != "local" and not os.path.isabs(cluster):  # the scheduler's relative paths: the checkout's
+        cluster = os.path.abspath(cluster) if cluster_source != f"{source} cluster" else str(root / cluster)
+    work_dir = (pick("work_dir", str(data_dir() / "work"))[0] or "").strip()
+    catalog_raw = pick("catalog_path", "")[0] or ""
+    policy = (pick("policy", "continue")[0] or "continue").strip()
+    if policy not in POLICIES:
+        raise SettingsError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")
+    return {
+        "cluster": cluster, "store_url": _store_url(store_url or default_store_url(), store_source),
+        "store_source": store_source, "work_dir": work_dir,
+        "catalog_path": tuple(p for p in catalog_raw.split(os.pathsep) if p.strip()),
+        "notify_url": (pick("notify_url", None)[0] or None),
+        "redaction": parse_redaction(pick("redaction", "ips,hostnames,users")[0] or ""),
+        "policy": policy,
+        "trial_retries": _int(pick("trial_retries", "1")[0] or "1", "trial_retries", 0),
+        "lease_wait_s": float(_int(pick("lease_wait_s", "1800")[0] or "1800", "lease_wait_s", 0)),
+    }

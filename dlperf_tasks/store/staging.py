@@ -1,0 +1,274 @@
+"""A scheduled run's private staging area in the object store: no shared disk between tasks.
+
+The tasks of one DAG run may execute on different Celery workers (different hosts, different
+``work_dir``). Each task works in ITS OWN run directory ``<work_dir>/<run_id>``
+(:func:`rebase_item` / :func:`rebase_run_set`) and hands what it produced to the next task
+through ``<prefix>/staging/<run_id>/`` (keys: :class:`dlperf_tasks.store.layout.Layout`):
+
+- plan pushes ``plan.json``; prepare pushes ``node-facts.json``/``env.json``;
+- a trial pulls the staging area first (node facts, earlier trials' records: a valid record
+  is reused, not run again), then pushes its record, logs and telemetry;
+- collect/aggregate/publish pull everything; aggregate pushes its outputs.
+
+Staging is unredacted and private: it is never listed as a run, and publishing reads a
+local copy through the store's redacting publish (so redaction still happens before anything
+reaches the published prefix). A re-run overwrites nothing valid: a staged valid trial record
+(status OK) is never replaced by a record that is not valid, nor are the logs it names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from dlperf_tasks.store.backends import NotFound, sha256_file
+
+# never staged: the publish spool (redacted copies + the local-only redaction map), temp files
+_EXCLUDED_DIRS = ("publish-spool", "local-only")
+TRIALS_DIR = "trials"
+
+
+def rebase_item(item: Mapping[str, Any], work_dir: str | os.PathLike) -> dict[str, Any]:
+    """``item`` (a planned trial or a run of the run set) with ``run_dir`` = this worker's
+    ``<work_dir>/<run_id>`` (the planning worker's path means nothing on another host)."""
+    out = dict(item)
+    if out.get("run_id"):
+        out["run_dir"] = str(Path(work_dir) / out["run_id"])
+    return out
+
+
+def rebase_run_set(run_set: Mapping[str, Any] | None, work_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The run set with every run's (and every trial item's) ``run_dir`` on this worker."""
+    if run_set is None:
+        return None
+    out = dict(run_set)
+    for key in ("runs", "trials"):
+        if isinstance(out.get(key), list):
+            out[key] = [rebase_item(x, work_dir) if isinstance(x, Mapping) else x for x in out[key]]
+    return out
+
+
+def _local_files(run_dir: Path) -> list[str]:
+    out = []
+    for p in sorted(run_dir.rglob("*")):
+        if not p.is_file() or p.name.endswith(".tmp") or p.name.startswith(".tmp-"):
+            continue
+        rel = p.relative_to(run_dir).as_posix()
+        if rel.split("/", 1)[0] in _EXCLUDED_DIRS:
+            continue
+        out.append(rel)
+    return out
+
+
+def _valid_record(data: bytes | None) -> dict | None:
+    """The trial part of a trial record (``report.result_json.trial_record``) if it is a
+    valid one (status OK), else None."""
+    try:
+        doc = json.loads(data) if data else None
+    except ValueError:
+        return None
+    trial = doc.get("trial") if isinstance(doc, dict) else None
+    return trial if isinstance(trial, dict) and trial.get("status") == "OK" else None
+
+
+class Staging:
+    """The staging area of run ``run_id`` in ``store`` (a :class:`dlperf_tasks.store.Store`)."""
+
+    def __init__(self, store, run_id: str):
+        self.backend = store.backend
+        self.layout = store.layout
+        self.run_id = run_id
+        self.prefix = self.layout.staging_prefix(run_id)
+
+    def keys(self) -> list[str]:
+        return [k for k in self.backend.list_keys(self.prefix) if self.layout.staged_rel(self.run_id, k)]
+
+    def rels(self) -> list[str]:
+        return [self.layout.staged_rel(self.run_id, k) for k in self.keys()]
+
+    def _get(self, rel: str) -> bytes | None:
+        try:
+            return self.backend.get_bytes(self.layout.staging_key(self.run_id, rel))[0]
+        except NotFound:
+            return None
+
+    def _protected(self, run_dir: Path, rels: list[str]) -> set[str]:
+        """Staged paths a push must not overwrite: valid staged trial records this worker
+        holds no identical copy of, and the logs those records name."""
+        out: set[str] = set()
+        for rel in rels:
+            if not rel.startswith(TRIALS_DIR + "/"):
+                continue
+            staged = self._get(rel)
+            doc = _valid_record(staged)
+            local = run_dir / rel
+            if doc is None or (local.is_file() and local.read_bytes() == staged):
+                continue
+            out.add(rel)
+            out.update(str(p) for p in doc.get("logs") or [])
+        return out
+
+    def push(self, run_dir: str | os.PathLike, only: Iterable[str] | None = None) -> list[str]:
+        """Upload the run dir's files (or the ``only`` paths, files or directories) that differ
+        from the staged copy; returns the paths uploaded."""
+        run_dir = Path(run_dir)
+        rels = _local_files(run_dir) if run_dir.is_dir() else []
+        if only is not None:
+            wanted = [w.rstrip("/") for w in only]
+            rels = [r for r in rels if any(r == w or r.startswith(w + "/") for w in wanted)]
+        protected = self._protected(run_dir, rels)
+        sent = []
+        for rel in rels:
+            key = self.layout.staging_key(self.run_id, rel)
+            digest = sha256_file(run_dir / rel)
+            info = self.backend.head(key, with_checksum=True)
+            if info is not None and info.sha256 == digest:
+                continue
+            if info is not None and rel in protected:
+                continue  # a valid result of an earlier try stays
+            self.backend.put_file(key, run_dir / rel, digest, None)
+            sent.append(rel)
+        return sent
+
+    def pull(self, run_dir: str | os.PathLike, only: Iterable[str] | None = None) -> list[str]:
+        """Download every staged file (or the ``only`` paths, files or directories) the run dir
+        lacks or holds a different copy of (a local file not staged is kept). Returns the paths
+        written."""
+        run_dir = Path(run_dir)
+        got = []
+        rels = self.rels()
+        if only is not None:
+            wanted = [w.rstrip("/") for w in only]
+            rels = [r for r in rels if any(r == w or r.startswith(w + "/") for w in wanted)]
+        for rel in rels:
+            dest = run_dir / rel
+            info = self.backend.head(self.layout.staging_key(self.run_id, rel), with_checksum=True)
+            if info is None or (dest.is_file() and info.sha256 == sha256_file(dest)):
+                continue
+            data = self._get(rel)
+            if data is None:
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(f".tmp-{dest.name}")
+            tmp.write_bytes(data)
+            os.replace(tmp, dest)
+            got.append(rel)
+        return got
+
+
+def pull_runs(store, run_set: Mapping[str, Any] | None) -> dict[str, list[str]]:
+    """Pull the staging area of every run of a (rebased) run set into its run dir."""
+    out: dict[str, list[str]] = {}
+    for run in (run_set or {}).get("runs") or []:
+        Path(run["run_dir"]).mkdir(parents=True, exist_ok=True)
+        out[run["run_id"]] = Staging(store, run["run_id"]).pull(run["run_dir"])
+    return out
+
+
+def push_runs(store, run_set: Mapping[str, Any] | None, only: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """Push every run dir of a (rebased) run set (or only the ``only`` paths) to staging."""
+    out: dict[str, list[str]] = {}
+    for run in (run_set or {}).get("runs") or []:
+        out[run["run_id"]] = Staging(store, run["run_id"]).push(run["run_dir"], only=only)
+    return out
+
+
+def trial_paths(record: Mapping[str, Any], trial_key: str) -> list[str]:
+    """What one trial task hands over: its record, its logs, its telemetry."""
+    trial = record.get("trial") or {}
+    return [f"{TRIALS_DIR}/{trial_key}.json", *[str(p) for p in trial.get("logs") or []],
+            f"telemetry/{trial_key}"]
+
+
+# ---- what the scheduled tasks call (settings: dlperf_tasks.settings.Settings) -------------------
+RUN_FILES = ("plan.json", "node-facts.json", "node-identity.json", "env.json")
+
+
+def _store(settings):
+    from dlperf_tasks.engine.finish import open_store
+
+    return open_store(settings)
+
+
+def enter(run_set: Mapping[str, Any] | None, settings, pull: bool = True) -> dict[str, Any] | None:
+    """A run-level task starts: the run set on this worker, its staged files pulled."""
+    local = rebase_run_set(run_set, settings.work_dir)
+    if pull and local and local.get("runs"):
+        pull_runs(_store(settings), local)
+    return local
+
+
+def leave(run_set: Mapping[str, Any] | None, settings, only: Iterable[str] | None = None) -> None:
+    """A run-level task ends: what it wrote goes to staging (``only``: just those paths)."""
+    if run_set and run_set.get("runs"):
+        push_runs(_store(settings), run_set, only=only)
+
+
+def enter_trial(item: Mapping[str, Any], settings) -> dict[str, Any]:
+    """A trial task starts: its run dir on this worker with the run's files and this trial's
+    earlier record (and, when that record is valid, its logs: the trial is then reused)."""
+    local = rebase_item(item, settings.work_dir)
+    if item.get("dry_run"):
+        return local
+    key = _trial_key(item)
+    st = Staging(_store(settings), local["run_id"])
+    rec = f"{TRIALS_DIR}/{key}.json"
+    st.pull(local["run_dir"], only=[*RUN_FILES, rec])
+    doc = _valid_record((Path(local["run_dir"]) / rec).read_bytes()) if (Path(local["run_dir"]) / rec).is_file() else None
+    if doc is not None:
+        st.pull(local["run_dir"], only=[str(p) for p in doc.get("logs") or []])
+    return local
+
+
+def leave_trial(item: Mapping[str, Any], settings) -> list[str]:
+    """A trial task ends (any outcome that wrote a record, retried ones too): the record, its
+    logs and telemetry go to staging. ``item`` is the rebased item :func:`enter_trial` returned."""
+    if item.get("dry_run"):
+        return []
+    key = _trial_key(item)
+    try:
+        record = json.loads((Path(item["run_dir"]) / TRIALS_DIR / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return Staging(_store(settings), item["run_id"]).push(item["run_dir"], only=trial_paths(record, key))
+
+
+def _trial_key(item: Mapping[str, Any]) -> str:
+    from dlperf_tasks.model import Trial
+
+    return Trial.from_dict(item["trial"]).key
+
+
+def _group_record(settings, group: str, group_run_id: str) -> tuple[Path, str]:
+    from dlperf_tasks.engine.rundir import group_run_record
+
+    path = group_run_record(settings.work_dir, group, group_run_id)
+    return path, path.name
+
+
+def pull_group_record(settings, group: str, group_run_id: str) -> bool:
+    """Before planning a scheduled run: the run ids an earlier try of it chose, from staging (a
+    cleared DAG run planned on another worker reuses its run ids, hence its valid trials)."""
+    path, name = _group_record(settings, group, group_run_id)
+    store = _store(settings)
+    try:
+        data = store.backend.get_bytes(store.layout.staging_group_key(name))[0]
+    except NotFound:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{path.name}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return True
+
+
+def push_group_record(settings, group: str, group_run_id: str) -> bool:
+    """After planning: this scheduled run's run ids to staging."""
+    path, name = _group_record(settings, group, group_run_id)
+    if not path.is_file():
+        return False
+    store = _store(settings)
+    store.backend.put_file(store.layout.staging_group_key(name), path, sha256_file(path), None)
+    return True

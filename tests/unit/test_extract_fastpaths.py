@@ -1,0 +1,83 @@
+"""The extraction fast paths give what the plain code gives: sized reads return the blocks a
+buffered reader returns, ``kv_args`` finds what one ``(?:^|[\\s,(])`` pattern finds, the crash scan
+reports the same markers in the same order whether repeated lines are scanned once or every time."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+
+import pytest
+
+from dlperf_tasks import logtree
+from dlperf_tasks.frameworks import _lines
+from dlperf_tasks.frameworks._stream import LogStream, kv_args
+
+
+def _buffered_blocks(path: str, size: int) -> list[bytes]:
+    out = []
+    with open(path, "rb") as fh:
+        while block := fh.read(size):
+            out.append(block)
+    return out
+
+
+@pytest.mark.parametrize("size", [0, 1, 6, 7, 8, 999, 1000, 1001, 4321])
+def test_sized_reads_give_the_buffered_blocks(tmp_path, monkeypatch, size):
+    monkeypatch.setattr(logtree, "BLOCK", 7 if size < 100 else 1000)
+    p = tmp_path / "a.log"
+    p.write_bytes(os.urandom(size))
+    assert list(logtree.read_regular(p)) == _buffered_blocks(str(p), logtree.BLOCK)
+
+
+def test_sized_reads_follow_a_file_that_grows_while_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(logtree, "BLOCK", 1000)
+    p = tmp_path / "g.log"
+    p.write_bytes(b"a" * 2500)
+    blocks = logtree.read_regular(p)
+    first = next(blocks)  # fstat said 2500 bytes
+    with open(p, "ab") as fh:
+        fh.write(b"b" * 3000)
+    got = [first, *blocks]
+    assert [len(b) for b in got] == [1000] * 5 + [500]
+    assert b"".join(got) == b"a" * 2500 + b"b" * 3000
+
+
+def _kv_reference(text: str, keys: tuple[str, ...] | None) -> dict[str, str]:
+    names = r"[A-Za-z_][\w-]*" if keys is None else "|".join(re.escape(k).replace("_", "[_-]") for k in keys)
+    rx = re.compile(r"(?:^|[\s,(])(?:--)?(" + names + r")\s*=\s*('[^']*'|\"[^\"]*\"|[^\s,)]+)")
+    return {m.group(1).replace("-", "_"): m.group(2).strip("'\"") for m in rx.finditer(text)}
+
+
+def test_kv_args_matches_the_single_pattern():
+    rng = random.Random(3)
+    atoms = ["--", "_", "a", "batch_size", "batch-size", "dtype", "=", " = ", ",", " ", "(", ")", "'x y'", '"q,r"',
+             "'", "1", "2.5", "\t", "\n", "Namespace(", "total_batch_size", "x=1", "--dtype="]
+    for _ in range(20000):
+        text = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 12)))
+        for keys in (None, ("batch_size", "dtype"), ("total_batch_size",)):
+            assert kv_args(text, keys) == _kv_reference(text, keys), (text, keys)
+    assert kv_args("batch_size=3, (dtype='f16')", ("batch_size", "dtype")) == {"batch_size": "3", "dtype": "f16"}
+
+
+class _Plain(LogStream):
+    def scan(self, block: str) -> None:
+        return None
+
+
+def test_crash_scan_once_per_distinct_line_same_markers(monkeypatch):
+    lines = ["INFO: ok\n", "Traceback (most recent call last):\n", "NCCL WARN x failed\n",
+             "cudnn MXNET_CUDNN_AUTOTUNE note\n", "RuntimeError: CUDA error: an illegal memory access\n",
+             "Killed\n"] + [f"Namespace(a={i}, error_dir='e')\n" for i in range(3)]
+    rng = random.Random(5)
+    text = "".join(rng.choice(lines) + "x" * rng.randint(0, 3000) + "\n" for _ in range(200))
+    assert len(text) > 64 * 1024
+    markers = []
+    for dedupe_from in (1 << 40, 1):  # never / always scanned once per distinct line
+        monkeypatch.setattr("dlperf_tasks.frameworks._stream._DEDUPE_FROM", dedupe_from)
+        _lines._VERDICTS.clear()
+        st = _Plain()
+        st.feed(text)
+        markers.append(st.close().facts.crash_markers)
+    assert markers[0] and markers[0] == markers[1]
