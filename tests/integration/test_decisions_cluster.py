@@ -188,10 +188,12 @@ def test_adaptive_sweep_saves_trials_and_keeps_medians(sim_cluster_env, tmp_path
     common = dict(progress=None, lease_wait_s=WAIT, nodes=["node1", "node2"], capture_env=False,
                   image=sim.image(BASE))
     fixed = run_sweep(suite, plan(suite), cluster, tmp_path / "fixed", SweepOptions(**common))
-    ada = run_sweep(suite, plan(suite), cluster, tmp_path / "adaptive", SweepOptions(adaptive=True, **common))
+    ada = run_sweep(suite, plan(suite), cluster, tmp_path / "adaptive", SweepOptions(adaptive={"rel_width": 0.02}, **common))
     assert len(fixed.ran) == 15 and all(r.valid for r in fixed.ran), [(r.trial.id, r.reason) for r in fixed.ran]
     summary = ada.result["run"]["adaptive"]
     assert summary["trials_max"] == 15 and summary["trials_used"] == len(ada.ran)
+    # 2 % CI width: with 0.3 % noise the default 1 % fails ~5 % of cells after 3 trials (a flaky
+    # test); a 3-trial range over 2 % (6.7 sigma) comes about once in 10^5 cells
     assert summary["saved_fraction"] >= 0.30, summary
     for c in summary["cells"]:
         assert c["stopped"] in ("converged", "max_trials") and c["reason"]

@@ -114,7 +114,9 @@ def test_dag_slow_node_named_quarantined_and_avoided(dag_env, capsys):
 def test_dag_adaptive_trials_stop_low_noise_cells(dag_env):
     sim, catalog, cfg, _ = dag_env
     suite_id = tf_suite(sim, catalog, bz=(32, 48), trials=5)
-    dr = tf_dag(suite_id, cfg).test(run_conf={"adaptive": True})
+    # a 2 % CI width: with 0.3 % noise a 3-trial range passes 1 % only ~95 % of the time per cell
+    # (a flaky test); 2 % = 6.7 sigma, which a 3-trial range exceeds about once in 10^5 cells
+    dr = tf_dag(suite_id, cfg).test(run_conf={"adaptive": 0.02})
     states = task_states(dr)
     assert state(dr) == "success", states
     assert sorted(s for (t, _), s in states.items() if t in ("trial", "trial_more")) == ["success"] * 10
@@ -122,7 +124,7 @@ def test_dag_adaptive_trials_stop_low_noise_cells(dag_env):
     res = _result(cfg, dr)
     ada = res["run"]["adaptive"]
     assert ada["trials_max"] == 10 and ada["trials_used"] < 10, ada
-    assert ada["saved_fraction"] >= 0.3, ada  # 0.3 % noise: the 3-trial range is within 1 %
+    assert ada["saved_fraction"] >= 0.3, ada  # 0.3 % noise: every cell stops after 3 trials
     for c in res["cells"]:
         assert c["n_invalid"] == 0 and c["n_valid"] >= 3, c  # "not needed" trials are no invalid trials
     by_cell = {c["cell_id"]: c for c in ada["cells"]}
