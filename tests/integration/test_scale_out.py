@@ -107,6 +107,28 @@ def _wait(svc, run_id: str, until, timeout: float, what: str, poll_s: float = 3)
                          f"w2:\n{svc.log('w2')}\nscheduler:\n{svc.log('scheduler')}")
 
 
+def _kill_w1_mid_trial(svc, run_id: str, w1_work, timeout: float = 900) -> set[int]:
+    """SIGKILL worker w1 while a trial task instance runs there AND has begun its work on w1
+    (the staged plan pulled into w1's own work_dir). Polled fast from the file system, since a
+    trial's first half lasts only seconds before it defers. Returns the map indexes that were
+    still running on w1 right after the kill (a trial that deferred meanwhile is not w1's)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if any(w1_work.glob("*/plan.json")):
+            held = [t for t in _tis(svc, run_id) if t["task_id"] == "trial" and t["state"] == "running"
+                    and _in_group(t.get("pid"), svc.procs["w1"].pid)]
+            if held:
+                svc.kill_worker("w1")
+                still = {t["map_index"] for t in _tis(svc, run_id) if t["task_id"] == "trial" and t["state"] == "running"}
+                killed = {t["map_index"] for t in held} & still
+                assert killed, f"every trial of w1 deferred before the kill: {held}"
+                print(f"scale-out: killed w1 while trial(s) {sorted(killed)} ran there; w1's work_dir: "
+                      f"{sorted(str(p.relative_to(w1_work)) for p in w1_work.rglob('*') if p.is_file())}")
+                return killed
+        time.sleep(0.05)
+    raise AssertionError(f"no trial began on w1 in {timeout:.0f} s\nw1:\n{svc.log('w1')}")
+
+
 def test_two_celery_workers_no_shared_disk_worker_killed(sim_cluster_env, tmp_path):
     sim = sim_cluster_env
     catalog = site_catalog(tmp_path / "catalog", "pytorch-bert", SPEEDS, time_scale=0.05)
@@ -135,12 +157,9 @@ def test_two_celery_workers_no_shared_disk_worker_killed(sim_cluster_env, tmp_pa
         assert code == 200, dr
         run_id = dr["dag_run_id"]
 
-        # kill w1 while one of its processes runs a trial (as if its host went away)
-        held = _wait(svc, run_id, lambda tis: [t for t in tis if t["task_id"] == "trial" and t["state"] == "running"
-                                               and _in_group(t.get("pid"), svc.procs["w1"].pid)],
-                     900, "a trial running on w1", poll_s=0.5)
-        killed_on_w1 = {t["map_index"] for t in held}
-        svc.kill_worker("w1")
+        # kill w1 while one of its processes runs a trial (as if its host went away), once that
+        # trial has begun its work on w1 (its run dir in w1's own work_dir)
+        killed_on_w1 = _kill_w1_mid_trial(svc, run_id, tmp_path / "af" / "host-w1" / "work")
 
         def finished(_tis):
             code, body = svc.request("GET", f"/dags/{DAG}/dagRuns/{run_id}")
