@@ -12,7 +12,7 @@ from dlperf_tasks.errors import RemoteError
 from dlperf_tasks.remote import jobs
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.ssh import SSHPool
-from tests.fixtures.sshd_nodes import make_nodes, stop_nodes
+from tests.fixtures.sshd_nodes import make_nodes, open_pool, stop_nodes
 
 HOSTILE = ["a b", "$(touch /tmp/dlperf_pwned)", "`id`", "x;rm -rf /tmp/nothing", "it's", 'q"uote', "*", "\\n", "-rf",
            "$HOME", "new\nline", "ünï"]
@@ -27,13 +27,8 @@ def two_nodes(tmp_path_factory):
 
 @pytest.fixture
 def pool(two_nodes):
-    nodes, path = two_nodes
-    for n in nodes:
-        if n.proc is None:
-            n.start()
-    p = SSHPool(Cluster.from_yaml(path))
-    yield p
-    p.close()
+    with open_pool(*two_nodes) as p:
+        yield p
 
 
 # ---- inventory ----------------------------------------------------------------

@@ -16,10 +16,9 @@ from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.model import Cell, Trial, TrialStatus, Window
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.runtime import HostRuntime
-from dlperf_tasks.remote.ssh import SSHPool
 from dlperf_tasks.remote.trial import run_trial
 from dlperf_tasks.topology import Topology
-from tests.fixtures.sshd_nodes import make_nodes, stop_nodes
+from tests.fixtures.sshd_nodes import make_nodes, open_pool, stop_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "docker" / "standin" / "rootfs"
@@ -34,13 +33,8 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def pool(cluster):
-    nodes, c = cluster
-    for n in nodes:
-        if n.proc is None:
-            n.start()
-    p = SSHPool(c)
-    yield p
-    p.close()
+    with open_pool(*cluster) as p:
+        yield p
 
 
 def suite_with(tmp_path, **env):
