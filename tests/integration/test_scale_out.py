@@ -108,24 +108,27 @@ def _wait(svc, run_id: str, until, timeout: float, what: str, poll_s: float = 3)
 
 
 def _kill_w1_mid_trial(svc, run_id: str, w1_work, timeout: float = 900) -> set[int]:
-    """SIGKILL worker w1 while a trial task instance runs there AND has begun its work on w1
-    (the staged plan pulled into w1's own work_dir). Polled fast from the file system, since a
-    trial's first half lasts only seconds before it defers. Returns the map indexes that were
-    still running on w1 right after the kill (a trial that deferred meanwhile is not w1's)."""
+    """SIGKILL worker w1 while a trial task instance runs there AND w1's own work_dir holds the
+    run's ``plan.json`` (w1 planned the run, or its trial pulled the staged plan). The file is
+    polled every 50 ms (a trial's first half lasts only seconds before it defers), the REST API
+    every 0.25 s once the file is there. Returns the map indexes that were still running on w1
+    right after the kill (a trial that deferred meanwhile is not w1's)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if any(w1_work.glob("*/plan.json")):
-            held = [t for t in _tis(svc, run_id) if t["task_id"] == "trial" and t["state"] == "running"
-                    and _in_group(t.get("pid"), svc.procs["w1"].pid)]
-            if held:
-                svc.kill_worker("w1")
-                still = {t["map_index"] for t in _tis(svc, run_id) if t["task_id"] == "trial" and t["state"] == "running"}
-                killed = {t["map_index"] for t in held} & still
-                assert killed, f"every trial of w1 deferred before the kill: {held}"
-                print(f"scale-out: killed w1 while trial(s) {sorted(killed)} ran there; w1's work_dir: "
-                      f"{sorted(str(p.relative_to(w1_work)) for p in w1_work.rglob('*') if p.is_file())}")
-                return killed
-        time.sleep(0.05)
+        if not any(w1_work.glob("*/plan.json")):
+            time.sleep(0.05)
+            continue
+        held = [t for t in _tis(svc, run_id) if t["task_id"] == "trial" and t["state"] == "running"
+                and _in_group(t.get("pid"), svc.procs["w1"].pid)]
+        if held:
+            svc.kill_worker("w1")
+            still = {t["map_index"] for t in _tis(svc, run_id) if t["task_id"] == "trial" and t["state"] == "running"}
+            killed = {t["map_index"] for t in held} & still
+            assert killed, f"every trial of w1 deferred before the kill: {held}"
+            print(f"scale-out: killed w1 while trial(s) {sorted(killed)} ran there; w1's work_dir: "
+                  f"{sorted(str(p.relative_to(w1_work)) for p in w1_work.rglob('*') if p.is_file())}")
+            return killed
+        time.sleep(0.25)
     raise AssertionError(f"no trial began on w1 in {timeout:.0f} s\nw1:\n{svc.log('w1')}")
 
 
