@@ -12,7 +12,7 @@ Contract (engine/prepare and the container runtime):
 * prepare writes each file to ``node_files_dir(node.workdir) + "/" + relpath`` on
   every node (:func:`put_node_files` does it over an :class:`~dlperf_tasks.remote.ssh.SSHPool`);
 * the suite mounts that directory read-only at :data:`CONTAINER_DIR` (``container.mounts:
-  ["${workdir}/catalog/<suite id>:/dlperf/catalog:ro"]``), and the launcher passes
+  ["${workdir}/catalog:/dlperf/catalog:ro"]``), and the launcher passes
   ``CONTAINER_DIR/<relpath>``; with the host runtime (no container) the engine adds
   ``node_files_dir: node_files_dir(node.workdir)`` to the launcher settings and the
   launcher passes that host path instead.
@@ -107,8 +107,9 @@ def node_files(suite) -> dict[str, bytes]:
 
 def node_files_dir(node_workdir: str, suite_id: str = "") -> str:
     """Host directory of the catalog files on a node: ``<workdir>/catalog`` (one directory for every
-    suite, so a suite copied under another id mounts the same path; a node runs one suite at a time,
-    its lease, and prepare rewrites the files for each run). ``suite_id`` is accepted and unused."""
+    suite, so a suite copied under another id mounts the same path). Prepare runs WITHOUT the node's
+    lease, so another run's trial may be reading a file while it is rewritten: ``SSHPool.put_bytes``
+    replaces it atomically (temporary file + rename). ``suite_id`` is accepted and unused."""
     return posixpath.join(node_workdir.rstrip("/") or "/", NODE_FILES_DIR)
 
 

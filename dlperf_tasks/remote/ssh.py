@@ -8,6 +8,8 @@ Host keys are checked against ``known_hosts`` unless the inventory opts out with
 
 from __future__ import annotations
 
+import contextlib
+
 import io
 import logging
 import socket
@@ -289,13 +291,25 @@ class SSHPool:
         return True
 
     def put_bytes(self, name: str, remote_path: str, data: bytes, mode: int = 0o600) -> None:
+        """Write a remote file atomically: a temporary file beside it, then a POSIX rename, so a
+        reader on the node (another run's trial reading the same catalog file) never sees it
+        half-written."""
+        import uuid
+
         for attempt in range(2):
+            tmp = f"{remote_path}.tmp-{uuid.uuid4().hex[:12]}"
             try:
                 s = self.sftp(name)
                 with self._sftp_locks[name]:
-                    with s.open(remote_path, "wb") as f:
-                        f.write(data)
-                    s.chmod(remote_path, mode)
+                    try:
+                        with s.open(tmp, "wb") as f:
+                            f.write(data)
+                        s.chmod(tmp, mode)
+                        s.posix_rename(tmp, remote_path)
+                    except OSError:
+                        with contextlib.suppress(OSError):
+                            s.remove(tmp)
+                        raise
                 return
             except _NET_ERRORS as exc:
                 self.drop(name)

@@ -124,8 +124,15 @@ def test_two_dag_runs_and_a_cli_sweep_never_share_a_node(airflow_db, fault_sim, 
                       env={"DLPERF_STANDIN_TIME_SCALE": "0.1"})
     suite_file = tmp_path / f"{suite.id}.yaml"
     sweep_out = tmp_path / "sweep-out"
+    # dag1 first, until its DAG run has begun: two dag.test() children syncing the DAGs into a
+    # fresh metadata DB at the same instant collide on dag.dag_id (a harness race, not dlperf's)
+    dag1 = start_dag_run(script, _date(0), conf, tmp_path / "dag1.log")
+    end = time.monotonic() + 120
+    while "[DAG TEST] starting task_id=plan" not in (tmp_path / "dag1.log").read_text(errors="replace"):
+        assert dag1.poll() is None and time.monotonic() < end, (tmp_path / "dag1.log").read_text()[-3000:]
+        time.sleep(0.2)
     procs = {
-        "dag1": start_dag_run(script, _date(0), conf, tmp_path / "dag1.log"),
+        "dag1": dag1,
         "dag2": start_dag_run(script, _date(3600), conf, tmp_path / "dag2.log"),
         "cli": subprocess.Popen([sys.executable, "-m", "dlperf_tasks", "sweep", "--suite", str(suite_file),
                                  "--cluster", str(sim.yaml_path), "--out", str(sweep_out), "--precisions", "fp32",

@@ -133,6 +133,37 @@ def test_sftp_read_with_offset(pool, two_nodes):
     assert pool.read("node1", str(nodes[0].workdir / "missing")) is None
 
 
+def test_put_bytes_replaces_a_file_atomically(pool, two_nodes):
+    """A reader on the node (another run's trial reading a catalog file that this run's prepare
+    rewrites) sees the old or the new content, never a truncated or half-written file."""
+    import threading
+
+    nodes, _ = two_nodes
+    f = nodes[0].workdir / "catalog" / "bert_config.json"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    a, b = b"a" * 3_000_000, b"b" * 2_000_000
+    pool.put_bytes("node1", str(f), a, mode=0o644)
+    stop, seen = threading.Event(), []
+
+    def reader():
+        while not stop.is_set():
+            data = f.read_bytes()
+            if data not in (a, b):
+                seen.append(len(data))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for i in range(12):
+            pool.put_bytes("node1", str(f), b if i % 2 == 0 else a, mode=0o644)
+    finally:
+        stop.set()
+        t.join()
+    assert seen == [], f"partial reads of sizes {seen[:5]}"
+    assert f.read_bytes() == a and oct(f.stat().st_mode & 0o777) == "0o644"
+    assert sorted(p.name for p in f.parent.iterdir()) == ["bert_config.json"]  # no temporary file left
+
+
 # ---- detached jobs -------------------------------------------------------------
 def test_job_runs_detached_with_hostile_args_and_exit_code(pool):
     """argv words and env values (newlines included) arrive literally; the exit code is kept; the
