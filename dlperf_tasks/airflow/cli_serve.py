@@ -89,16 +89,16 @@ def set_paused(url: str, tok: str, paused: bool, expected: set[str], deadline_s:
     (it parses the DAG files one by one); at the deadline, those parsed so far.
     Returns (DAGs set, expected DAGs not parsed by the deadline)."""
     end = time.monotonic() + deadline_s
-    dags: list[dict] = []
     while True:
         dags = (_get(f"{url}/api/v2/dags?dag_id_pattern=dlperf_&limit=100", tok) or {}).get("dags") or []
-        if expected <= {d["dag_id"] for d in dags} or time.monotonic() >= end:
+        parsed = {d["dag_id"] for d in dags}
+        if expected <= parsed or time.monotonic() >= end:
             break
         time.sleep(2)
     for d in dags:
         if d.get("is_paused") != paused:
             _get(f"{url}/api/v2/dags/{d['dag_id']}", tok, {"is_paused": paused}, method="PATCH")
-    return sorted(d["dag_id"] for d in dags), sorted(expected - {d["dag_id"] for d in dags})
+    return sorted(parsed), sorted(expected - parsed)
 
 
 def stop_all(procs: dict[str, subprocess.Popen], grace_s: float = GRACE_S) -> None:

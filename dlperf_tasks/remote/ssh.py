@@ -9,12 +9,12 @@ Host keys are checked against ``known_hosts`` unless the inventory opts out with
 from __future__ import annotations
 
 import contextlib
-
 import io
 import logging
 import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 import paramiko
@@ -294,8 +294,6 @@ class SSHPool:
         """Write a remote file atomically: a temporary file beside it, then a POSIX rename, so a
         reader on the node (another run's trial reading the same catalog file) never sees it
         half-written."""
-        import uuid
-
         for attempt in range(2):
             tmp = f"{remote_path}.tmp-{uuid.uuid4().hex[:12]}"
             try:
