@@ -173,7 +173,7 @@ class MxnetResnet50Stream(LogStream):
             self.add(Sample(iteration=batch, value=round(v, 2), unit="samples/s", rank=self.rank_at(block, start)))
 
 
-_FAST = re.compile(r"Epoch\[(\d+)\] Batch\[(\d+)\]\s*Speed:\s*(\S+) samples/sec")
+_FAST = re.compile(r"Epoch\[(\d++)\] Batch\[(\d++)\]\s*+Speed:\s*+(\S+) samples/sec")
 _RANK_LINE = re.compile(r"Epoch\[\d+\] Rank\[(\d+)\] Batch\[\d+\][^\n]*")
 
 MxnetResnet50.Stream = MxnetResnet50Stream
