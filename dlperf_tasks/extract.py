@@ -34,7 +34,7 @@ from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.lognames import (LOOKED_FOR, MEGATRON_FILE_RE, TOPO_DIR_RE, TRIAL_FILE_RE, LogFile,  # noqa: F401
                                    TrialFiles, discover, is_megatron_style, topology_from_path)
 from dlperf_tasks.logtree import MAX_TRIAL_LINES, FileTooLarge, LogTree, read_regular
-from dlperf_tasks.model import LogFacts, ParsedLog, Trial, TrialResult, Window
+from dlperf_tasks.model import LogFacts, ParsedLog, Samples, Trial, TrialResult, Window
 from dlperf_tasks.stats import CellStats, aggregate
 from dlperf_tasks.validity import gate, missing_log
 
@@ -109,7 +109,7 @@ def _merge(parsed: dict[int, ParsedLog], metric_nodes: list[int]) -> ParsedLog:
     markers from every node, extras merged (``memory_mib``: the largest seen on any node)."""
     multi = len(parsed) > 1
     facts = LogFacts()
-    samples = []
+    samples = Samples()
     extra: dict[str, Any] = {}
     mems = []
     for node in sorted(parsed, key=lambda n: (n in metric_nodes, n)):

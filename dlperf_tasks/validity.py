@@ -27,17 +27,14 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import Counter
-from operator import attrgetter, sub
+from operator import sub
 from typing import Mapping
 
 from dlperf_tasks.frameworks.base import Framework
-from dlperf_tasks.model import MetricKind, ParsedLog, Trial, TrialMetric, TrialResult, TrialStatus, Window
+from dlperf_tasks.model import MetricKind, ParsedLog, Samples, Trial, TrialMetric, TrialResult, TrialStatus, Window
 
 #: sample units whose value is a timestamp (may be 0 or negative relative times)
 _TIMESTAMP_UNITS = {"s"}
-_VALUE = attrgetter("value")
-_KEY = attrgetter("iteration", "rank")
-_ITERATION = attrgetter("iteration")
 _MAX_LISTED = 5
 
 
@@ -108,7 +105,7 @@ def generic_problems(parsed: ParsedLog, window: Window, expected_ranks: list[int
         reasons.append(f"crash marker in log: {_fmt_list(list(dict.fromkeys(facts.crash_markers)))}")
     if facts.errors:
         reasons.append(f"unparsable lines: {_fmt_list(facts.errors)}")
-    its = facts.iterations_seen or sorted({s.iteration for s in parsed.samples})
+    its = facts.iterations_seen or sorted(set(parsed.samples.iteration))
     reasons.extend(iteration_problems(its, window))
     if expected_ranks and facts.ranks_seen:  # only logs that name ranks (e.g. mpirun --tag-output)
         missing = sorted(set(expected_ranks) - set(facts.ranks_seen))
@@ -123,10 +120,10 @@ def generic_problems(parsed: ParsedLog, window: Window, expected_ranks: list[int
     return reasons, nonzero
 
 
-def _all_values_fine(samples) -> bool:
-    """Fast path (C-level min/max/sum over one list): every value a finite number, > 0 unless a timestamp."""
+def _all_values_fine(samples: Samples) -> bool:
+    """Fast path (C-level min/sum over the value column): every value a finite number, > 0 unless a timestamp."""
+    vals = samples.value
     try:
-        vals = list(map(_VALUE, samples))
         if not vals:
             return True
         total = sum(vals)
@@ -134,7 +131,7 @@ def _all_values_fine(samples) -> bool:
         return False
     if not -math.inf < total < math.inf:  # NaN or an infinity somewhere
         return False
-    return min(vals) > 0 or all(s.unit in _TIMESTAMP_UNITS for s in samples)
+    return min(vals) > 0 or set(samples.unit) <= _TIMESTAMP_UNITS
 
 
 def _bad_values(samples) -> list[str]:
@@ -157,9 +154,9 @@ def repeated_iterations(parsed: ParsedLog, expected_ranks: list[int] | None = No
     if expected_ranks and not parsed.facts.ranks_seen:
         return []
     samples = parsed.samples
-    if len(set(map(_ITERATION, samples))) == len(samples):  # distinct iterations: distinct keys
+    if len(set(samples.iteration)) == len(samples):  # distinct iterations: distinct keys
         return []
-    keys = list(map(_KEY, samples))
+    keys = list(zip(samples.iteration, samples.rank))
     if len(set(keys)) == len(keys):
         return []
     seen: dict[tuple, object] = {}
@@ -251,7 +248,7 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
         status = TrialStatus.OK
     return TrialResult(
         trial=trial, status=status, reason="; ".join(reasons), metric=metric,
-        samples=list(parsed.samples), log_paths=list(log_paths or []), nodes=list(nodes or []),
+        samples=parsed.samples.copy(), log_paths=list(log_paths or []), nodes=list(nodes or []),
         exit_codes=dict(exit_codes or {}), started_at=started_at, finished_at=finished_at,
     )
 

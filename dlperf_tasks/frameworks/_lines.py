@@ -17,7 +17,7 @@ import math
 import re
 from typing import Iterable, Iterator
 
-from dlperf_tasks.model import LogFacts
+from dlperf_tasks.model import LogFacts, Samples
 
 #: longest line kept (longer ones are cut; real training lines are < 4 KiB,
 #: the MXNet ``Namespace(...)`` line is ~20 KiB)
@@ -293,19 +293,20 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
     """
     if not samples:
         return None, total + skip
+    its = samples.iteration if isinstance(samples, Samples) else [s.iteration for s in samples]
     stride = max(int(stride or 1), 1)
-    origin = samples[0].iteration - stride
+    origin = its[0] - stride
     want_start, want_end = origin + skip + warmup, origin + skip + total
     start = end = None
-    for s in samples:
-        if start is None and s.iteration >= want_start:
-            start = s
-        if s.iteration >= want_end:
-            end = s
+    for k, it in enumerate(its):  # the iteration column: plain ints, Sample objects only for the two ends
+        if start is None and it >= want_start:
+            start = k
+        if it >= want_end:
+            end = k
             break
     if start is None or end is None:
         return None, want_end
-    return start, end
+    return samples[start], samples[end]
 
 
 def window_problems(samples: list, stride: int | None, window, skip: int = 0, *, label: str = "step",
@@ -316,7 +317,7 @@ def window_problems(samples: list, stride: int | None, window, skip: int = 0, *,
     ``after`` qualifies the count (" after the first 5 steps")."""
     start, end = step_window(samples, stride, window.warmup, window.total, skip)
     if start is None:
-        last = max(s.iteration for s in samples)
+        last = max(samples.iteration) if isinstance(samples, Samples) else max(s.iteration for s in samples)
         have = max(0, window.total - (end - last))
         return [f"only {have} of {window.total} iterations{after} (last {label} seen {last}, the window needs "
                 f"step {end}; counted in steps)"]

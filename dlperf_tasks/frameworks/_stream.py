@@ -25,7 +25,7 @@ import re
 from typing import Iterable
 
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, FactCollector, strip_tag
-from dlperf_tasks.model import LogFacts, ParsedLog, Sample
+from dlperf_tasks.model import LogFacts, ParsedLog, Sample, Samples
 
 
 
@@ -114,7 +114,7 @@ class LogStream:
 
     def __init__(self, max_lines: int | None = None) -> None:
         self.fc = FactCollector()
-        self.samples: list[Sample] = []
+        self.samples = Samples()  # columns: parsers add whole columns (Samples.add_columns)
         self.extra: dict = {}
         self.max_lines = max_lines
         self.max_iteration: int | None = None

@@ -30,9 +30,7 @@ import math
 import operator
 import re
 import statistics
-from itertools import repeat
 from collections import Counter, defaultdict
-from operator import attrgetter
 from typing import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
@@ -164,8 +162,7 @@ class MxnetBert(Framework):
         speeds: dict[int, list[float]] = defaultdict(list)
         lo, hi, k = window.warmup, window.total, 1000.0 * bsz * world
         samples = parsed.samples
-        # columns at C speed (attrgetter), then one loop over plain ints/floats
-        for i, v in zip(map(attrgetter("iteration"), samples), map(attrgetter("value"), samples)):
+        for i, v in zip(samples.iteration, samples.value):  # the columns: plain ints and floats
             if lo < i <= hi:
                 speeds[i].append(k / v)
         steps = [i for i in _needed_steps(speeds, window.total, parsed.facts.stride) if i > window.warmup]
@@ -235,8 +232,7 @@ class MxnetBertStream(LogStream):
             return None
         if not (min(lats) > 0 and sum(lats) < math.inf) or not -math.inf < sum(losses) < math.inf:
             return None  # a bad latency or a non-finite loss: the line-by-line path says which
-        self.samples.extend(map(Sample, steps, lats, repeat("ms/iter", n), repeat(None, n), repeat(None, n),
-                                repeat(None, n), losses))
+        self.samples.add_columns(steps, lats, "ms/iter", loss=losses)
         self.fc._iters.update(steps)
         top = max(steps)
         if self.max_iteration is None or top > self.max_iteration:
@@ -318,10 +314,10 @@ class MxnetBertStream(LogStream):
 
     def finish(self) -> None:
         samples = self.samples
-        self.extra["lines_per_step"] = dict(Counter(map(attrgetter("iteration"), samples)))
+        self.extra["lines_per_step"] = dict(Counter(samples.iteration))
         self.extra["tagged"] = bool(self.fc._ranks)
         # the last loss printed: scan from the end (most lines carry one), not the whole list
-        last = next((s.loss for s in reversed(samples) if s.loss is not None), None)
+        last = next((x for x in reversed(samples.loss) if x is not None), None)
         if last is not None:
             self.fc.facts.final_loss = last
 

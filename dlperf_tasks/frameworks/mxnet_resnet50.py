@@ -82,7 +82,7 @@ class MxnetResnet50(Framework):
                           workdir=L.text(settings, "workdir", "/workspace/gluon-cv/scripts/classification/imagenet"))
 
     def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
-        seen = {s.iteration for s in parsed.samples}
+        seen = set(parsed.samples.iteration)
         if not seen:
             return ["no 'Epoch[0] Batch[N]\\tSpeed: X samples/sec' line in the log"]
         bpd = parsed.facts.batch_per_device
@@ -98,9 +98,8 @@ class MxnetResnet50(Framework):
         return []
 
     def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
-        by_batch: dict[int, float] = {}
-        for s in reversed(parsed.samples):  # the first line of a batch wins (DLPerf), without setdefault calls
-            by_batch[s.iteration] = s.value
+        samples = parsed.samples  # the first line of a batch wins (DLPerf): read backwards, earlier lines overwrite
+        by_batch = dict(zip(reversed(samples.iteration), reversed(samples.value)))
         steps = range(window.warmup + 1, window.total + 1)
         missing = [i for i in steps if i not in by_batch]
         if missing:
@@ -152,7 +151,7 @@ class MxnetResnet50Stream(LogStream):
         if epochs.count("0") != len(epochs) or not (min(vals) > 0 and sum(vals) < math.inf):
             return False
         n = len(batches)
-        self.samples.extend(map(Sample, batches, map(round, vals, repeat(2, n)), repeat("samples/s", n)))
+        self.samples.add_columns(batches, list(map(round, vals, repeat(2, n))), "samples/s")
         self.fc._iters.update(batches)
         top = max(batches)
         if self.max_iteration is None or top > self.max_iteration:

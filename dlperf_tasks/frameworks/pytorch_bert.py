@@ -266,7 +266,7 @@ class PytorchBertStream(LogStream):
         if not -math.inf < sum(losses) < math.inf:
             return False
         n = len(steps)
-        self.samples.extend(map(Sample, steps, ts, repeat("s", n), repeat(0, n), ts, repeat(None, n), losses))
+        self.samples.add_columns(steps, ts, "s", rank=[0] * n, timestamp=ts, loss=losses)
         self.fc._iters.update(steps)
         self.fc._ranks.add(0)
         self.fc.facts.final_loss = losses[-1]

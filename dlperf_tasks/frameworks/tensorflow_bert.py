@@ -181,8 +181,7 @@ class TensorflowBertStream(LogStream):
             return False
         if not -math.inf < sum(losses) < math.inf or (self._prev is not None and ts[0] < self._prev):
             return False
-        n = len(steps)
-        self.samples.extend(map(Sample, steps, ts, repeat("s", n), repeat(None, n), ts, repeat(None, n), losses))
+        self.samples.add_columns(steps, ts, "s", timestamp=ts, loss=losses)
         self.fc._iters.update(steps)
         self.fc.facts.final_loss = losses[-1]
         self._prev = ts[-1]
