@@ -11,6 +11,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dlperf_tasks.samples import SAMPLE_FIELDS, Sample, Samples, as_samples  # noqa: F401 (re-exported)
 from dlperf_tasks.topology import Topology
 
 
@@ -140,139 +141,6 @@ class Trial:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Trial":
         return cls(Cell.from_dict(d["cell"]), int(d["index"]))
-
-
-@dataclass(slots=True)
-class Sample:
-    """One per-iteration measurement taken from a log (PerfKit-style: value + unit + metadata).
-
-    Treat as immutable. Not ``frozen``: a frozen slots dataclass costs ~0.8 us to build against
-    ~0.2 us, and extraction builds one per logged line (issue 12.4's 60 MB/s)."""
-
-    iteration: int
-    value: float  # throughput (samples/s) or latency (ms/iteration), see ``unit``
-    unit: str  # "samples/s" | "ms/iter" | "s" (timestamp-only logs: value is the timestamp)
-    rank: int | None = None
-    timestamp: float | None = None  # seconds (absolute or relative), when the log prints one
-    memory_mib: float | None = None
-    loss: float | None = None  # the loss the framework printed for this iteration (mlm+nsp, lm loss...)
-
-
-#: the fields of :class:`Sample`, in order: the columns of :class:`Samples`
-SAMPLE_FIELDS = ("iteration", "value", "unit", "rank", "timestamp", "memory_mib", "loss")
-
-
-class Samples:
-    """The samples of a log or a trial, stored as columns (one list per :class:`Sample` field).
-
-    Why: a 4n8g log has thousands of step lines; one object per line cost extraction ~20 % of its
-    time (building them, then ``attrgetter`` passes in the gate and the metric). Parsers add whole
-    columns (:meth:`add_columns`), the gate and the metrics read ``iteration``/``value``/... at C
-    speed, and anything else sees a sequence of :class:`Sample`: iterating, indexing and
-    ``reversed`` build them on demand. ``==`` compares with another Samples or any sequence of
-    Sample."""
-
-    __slots__ = SAMPLE_FIELDS
-
-    def __init__(self, samples: Any = ()) -> None:
-        # one statement per column (not a loop over the names): a trial builds a few of these
-        self.iteration, self.value, self.unit, self.rank = [], [], [], []
-        self.timestamp, self.memory_mib, self.loss = [], [], []
-        if samples:
-            self.extend(samples)
-
-    # ------------------------------------------------------------ adding
-    def add_columns(self, iteration: list, value: list, unit: Any, rank: Any = None, timestamp: Any = None,
-                    memory_mib: Any = None, loss: Any = None) -> None:
-        """Append ``len(iteration)`` samples. ``iteration`` and ``value`` are lists; each other
-        argument is a list of the same length or one value for every sample (a str or None)."""
-        n = len(iteration)
-        cols = (value, unit, rank, timestamp, memory_mib, loss)
-        if any(isinstance(c, list) and len(c) != n for c in cols):
-            lens = [len(c) if isinstance(c, list) else "one" for c in cols]
-            raise ValueError(f"Samples.add_columns: {n} iterations but columns of {lens} values "
-                             "(value, unit, rank, timestamp, memory_mib, loss)")
-        self.iteration += iteration
-        self.value += value
-        self.unit += unit if isinstance(unit, list) else [unit] * n
-        self.rank += rank if isinstance(rank, list) else [rank] * n
-        self.timestamp += timestamp if isinstance(timestamp, list) else [timestamp] * n
-        self.memory_mib += memory_mib if isinstance(memory_mib, list) else [memory_mib] * n
-        self.loss += loss if isinstance(loss, list) else [loss] * n
-
-    def append(self, s: Sample) -> None:
-        self.iteration.append(s.iteration)
-        self.value.append(s.value)
-        self.unit.append(s.unit)
-        self.rank.append(s.rank)
-        self.timestamp.append(s.timestamp)
-        self.memory_mib.append(s.memory_mib)
-        self.loss.append(s.loss)
-
-    def extend(self, other: Any) -> None:
-        if isinstance(other, Samples):
-            self.add_columns(other.iteration, other.value, other.unit, other.rank, other.timestamp,
-                             other.memory_mib, other.loss)
-        else:
-            for s in other:
-                self.append(s)
-
-    def __iadd__(self, other: Any) -> "Samples":
-        self.extend(other)
-        return self
-
-    def clear(self) -> None:
-        for name in SAMPLE_FIELDS:
-            getattr(self, name).clear()
-
-    def copy(self) -> "Samples":
-        out = Samples()
-        out.extend(self)
-        return out
-
-    # ------------------------------------------------------------ reading
-    def __len__(self) -> int:
-        return len(self.iteration)
-
-    def __iter__(self):
-        return map(Sample, self.iteration, self.value, self.unit, self.rank, self.timestamp, self.memory_mib,
-                   self.loss)
-
-    def __reversed__(self):
-        return map(Sample, *(reversed(getattr(self, name)) for name in SAMPLE_FIELDS))
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            out = Samples()
-            for name in SAMPLE_FIELDS:
-                setattr(out, name, getattr(self, name)[i])
-            return out
-        return Sample(*(getattr(self, name)[i] for name in SAMPLE_FIELDS))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Samples):
-            return all(getattr(self, n) == getattr(other, n) for n in SAMPLE_FIELDS)
-        if isinstance(other, (list, tuple)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # mutable, like a list
-
-    def __repr__(self) -> str:
-        head = ", ".join(map(repr, self[:3]))
-        return f"Samples({len(self)}: [{head}{', ...' if len(self) > 3 else ''}])"
-
-    def __getstate__(self) -> dict:
-        return {name: getattr(self, name) for name in SAMPLE_FIELDS}
-
-    def __setstate__(self, state: dict) -> None:
-        for name in SAMPLE_FIELDS:
-            setattr(self, name, list(state[name]))
-
-
-def as_samples(samples: Any) -> Samples:
-    """``samples`` as a :class:`Samples` (a Samples is returned as is, a sequence of Sample copied)."""
-    return samples if isinstance(samples, Samples) else Samples(samples)
 
 
 @dataclass

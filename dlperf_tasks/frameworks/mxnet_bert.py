@@ -30,7 +30,10 @@ import math
 import operator
 import re
 import statistics
+from bisect import bisect_right
 from collections import Counter, defaultdict
+from itertools import islice, repeat
+from operator import le, truediv
 from typing import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
@@ -38,6 +41,7 @@ from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2, strip_
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
+from dlperf_tasks.samples import LazyFloats
 
 _STEP = re.compile(r"\[step (\d+)\]")
 _LATENCY = re.compile(r"latency=\s*(\S+?)\s*ms/batch")
@@ -159,12 +163,7 @@ class MxnetBert(Framework):
     def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
         world = cell.topology.world_size
         bsz = cell.batch_size_per_device
-        speeds: dict[int, list[float]] = defaultdict(list)
-        lo, hi, k = window.warmup, window.total, 1000.0 * bsz * world
-        samples = parsed.samples
-        for i, v in zip(samples.iteration, samples.value):  # the columns: plain ints and floats
-            if lo < i <= hi:
-                speeds[i].append(k / v)
+        speeds = _speeds_by_step(parsed.samples, window.warmup, window.total, 1000.0 * bsz * world)
         steps = [i for i in _needed_steps(speeds, window.total, parsed.facts.stride) if i > window.warmup]
         missing = [i for i in steps if not speeds.get(i)]
         if not steps:
@@ -198,8 +197,31 @@ def _needed_steps(per_step, total: int, stride: int | None) -> list[int]:
     return list(range(first, total + 1, stride))
 
 
+def _speeds_by_step(samples, lo: int, hi: int, k: float) -> dict[int, list[float]]:
+    """step -> ``k / latency`` of each of its lines, for ``lo < step <= hi``. A log in step order
+    (untagged mpirun output: each step's rank lines together) is cut into runs with ``bisect``;
+    any other order goes line by line. Same lists either way (their order does not matter: medians)."""
+    its, vals = samples.iteration, samples.value
+    if its and all(map(le, its, islice(its, 1, None))):
+        out: dict[int, list[float]] = {}
+        i = bisect_right(its, lo)
+        end = bisect_right(its, hi, i)
+        while i < end:
+            j = bisect_right(its, its[i], i, end)
+            out[its[i]] = list(map(truediv, repeat(k), vals[i:j]))
+            i = j
+        return out
+    speeds: dict[int, list[float]] = defaultdict(list)
+    for i, v in zip(its, vals):
+        if lo < i <= hi:
+            speeds[i].append(k / v)
+    return speeds
+
+
 class MxnetBertStream(LogStream):
     """gluon-nlp ``run_pretraining.py`` log: ``[step N]`` lines of every rank, the Namespace line."""
+
+    _last_loss: float | None = None  # mlm + nsp of the last step line that has both
 
     def scan(self, block: str) -> str | None:
         tagged = "]<std" in block  # mpirun --tag-output prefixes: look up ranks only then
@@ -224,15 +246,20 @@ class MxnetBertStream(LogStream):
             return None
         if not n:
             return block
+        mlm, nsp = parts[2::5], parts[3::5]
+        mlm_text, nsp_text = "\n".join(mlm), "\n".join(nsp)
+        if not (_PLAIN_NUMBERS.fullmatch(mlm_text) and _PLAIN_NUMBERS.fullmatch(nsp_text)):
+            return None  # nan, inf, an exponent, garbage: the line-by-line path reads (and names) it
         try:
             steps = list(map(int, parts[1::5]))
             lats = list(map(float, parts[4::5]))
-            losses = list(map(operator.add, map(float, parts[2::5]), map(float, parts[3::5])))
         except ValueError:
             return None
-        if not (min(lats) > 0 and sum(lats) < math.inf) or not -math.inf < sum(losses) < math.inf:
-            return None  # a bad latency or a non-finite loss: the line-by-line path says which
-        self.samples.add_columns(steps, lats, "ms/iter", loss=losses)
+        if not (min(lats) > 0 and sum(lats) < math.inf):
+            return None  # a bad latency: the line-by-line path says which
+        # plain decimals: finite, so the losses (mlm + nsp) are converted only if someone reads them
+        self.samples.add_columns(steps, lats, "ms/iter", loss=LazyFloats(n, operator.add, mlm_text, nsp_text))
+        self._last_loss = float(mlm[-1]) + float(nsp[-1])
         self.fc._iters.update(steps)
         top = max(steps)
         if self.max_iteration is None or top > self.max_iteration:
@@ -265,8 +292,10 @@ class MxnetBertStream(LogStream):
                 loss = float(mlm_s) + float(nsp_s)
             except ValueError:
                 loss = None
-            if loss is not None and not -math.inf < loss < math.inf:
-                self.nonfinite_loss(step, "mlm_loss + nsp_loss", f"{mlm_s} + {nsp_s}")
+            if loss is not None:
+                self._last_loss = loss
+                if not -math.inf < loss < math.inf:
+                    self.nonfinite_loss(step, "mlm_loss + nsp_loss", f"{mlm_s} + {nsp_s}")
             samples.append(Sample(step, lat, "ms/iter", rank, None, None, loss))
             iters.add(step)
             hits += 1
@@ -313,18 +342,18 @@ class MxnetBertStream(LogStream):
         f.stride = as_int(keep.get("log_interval")) or f.stride
 
     def finish(self) -> None:
-        samples = self.samples
-        self.extra["lines_per_step"] = dict(Counter(samples.iteration))
+        self.extra["lines_per_step"] = dict(Counter(self.samples.iteration))
         self.extra["tagged"] = bool(self.fc._ranks)
-        # the last loss printed: scan from the end (most lines carry one), not the whole list
-        last = next((x for x in reversed(samples.loss) if x is not None), None)
-        if last is not None:
-            self.fc.facts.final_loss = last
+        if self._last_loss is not None:  # the last loss printed
+            self.fc.facts.final_loss = self._last_loss
 
 
 #: possessive ``*+``/``++`` where giving characters back can never lead to a match (``\S`` then
 #: ``\s``: the same text, ~35 % less time in ``re.split``); the latency keeps ``\S+`` that may give
 #: back (``250.1ms/batch`` without a space still matches)
+#: the loss texts of a block, one per line: plain decimals only (then ``float`` cannot fail and the
+#: value is finite; anything else goes line by line)
+_PLAIN_NUMBERS = re.compile(r"-?\d{1,20}+(?:\.\d{1,20}+)?+(?:\n-?\d{1,20}+(?:\.\d{1,20}+)?+)*+")
 _FAST = re.compile(r"\[step (\d++)\]\s*+mlm_loss=\s*+(\S++)\s++nsp_loss=\s*+(\S++)\s++throughput=[^\n]*"
                    r"latency=\s*+(\S+)\s*ms/batch")
 

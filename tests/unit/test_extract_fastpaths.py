@@ -81,3 +81,26 @@ def test_crash_scan_once_per_distinct_line_same_markers(monkeypatch):
         st.feed(text)
         markers.append(st.close().facts.crash_markers)
     assert markers[0] and markers[0] == markers[1]
+
+
+def test_mxnet_speeds_by_step_same_in_step_order_and_any_order():
+    from dlperf_tasks.frameworks.mxnet_bert import _speeds_by_step
+    from dlperf_tasks.model import Samples
+
+    rng = random.Random(7)
+    rows = [(step, rng.uniform(200.0, 300.0)) for step in range(1, 31) for _rank in range(4)]
+    rows += [(12, 250.0)]  # a step with one line more
+
+    def cols(rs):
+        s = Samples()
+        s.add_columns([r[0] for r in rs], [r[1] for r in rs], "ms/iter")
+        return s
+
+    ordered = sorted(rows, key=lambda r: r[0])
+    shuffled = rows[:]
+    rng.shuffle(shuffled)
+    a = _speeds_by_step(cols(ordered), 5, 25, 1000.0 * 32 * 4)
+    b = _speeds_by_step(cols(shuffled), 5, 25, 1000.0 * 32 * 4)
+    assert sorted(a) == list(range(6, 26))  # lo < step <= hi
+    assert {k: sorted(v) for k, v in a.items()} == {k: sorted(v) for k, v in b.items()}
+    assert len(a[12]) == 5 and a[6][0] == pytest.approx(128000.0 / ordered[20][1])

@@ -71,3 +71,45 @@ def test_parsed_log_and_trial_result_turn_lists_into_samples():
                 topology=Topology.parse("1n1g"), window=Window(20, 100))
     r = TrialResult(Trial(cell, 1), TrialStatus.OK, samples=_rows())
     assert isinstance(r.samples, Samples) and len(r.samples) == 3
+
+
+def test_lazy_loss_texts_are_converted_on_first_read_and_survive_copies():
+    import operator
+
+    from dlperf_tasks.samples import LazyFloats
+
+    s = Samples(_rows()[:1])
+    s.add_columns([3, 4], [1.0, 2.0], "ms/iter", loss=LazyFloats(2, operator.add, "10.5\n9.25", "0.5\n0.75"))
+    merged = Samples()
+    merged += s  # the texts travel unconverted
+    c = merged.copy()
+    assert s._lazy and merged._lazy and c._lazy
+    assert c.loss == [10.4, 11.0, 10.0]
+    assert not c._lazy and merged._lazy  # converting one copy leaves the others as they were
+    assert merged[-1].loss == 10.0 and list(s)[1].loss == 11.0
+    assert pickle.loads(pickle.dumps(merged)).loss == [10.4, 11.0, 10.0]
+    s.clear()
+    assert s.loss == [] and len(s) == 0
+    with pytest.raises(ValueError, match="columns of"):
+        Samples().add_columns([1], [1.0], "s", loss=LazyFloats(2, None, "1\n2"))
+    with pytest.raises(ValueError, match="op to combine"):
+        LazyFloats(1, None, "1", "2")
+
+
+def test_mxnet_bulk_path_and_line_path_give_the_same_samples():
+    """The bulk path keeps plain-decimal losses as text; odd ones (nan, 1e-3) go line by line.
+    Both give the same Sample objects and the same final loss."""
+    from dlperf_tasks.frameworks import get
+
+    def log(losses):
+        return "".join(f"INFO:root:[step {i}]\tmlm_loss={m}\tnsp_loss= 0.75\tthroughput=1.2K tks/s\t"
+                       f"lr=0.0001 time=0.25, latency=250.{i} ms/batch\n" for i, m in enumerate(losses, 1))
+
+    plain = get("mxnet_bert").parse([log(["10.5", "9.25", "8.0"])])
+    odd = get("mxnet_bert").parse([log(["10.5", "925e-2", "8.0"])])
+    assert plain.samples._lazy and not odd.samples._lazy  # the two paths were taken
+    assert list(plain.samples) == list(odd.samples)
+    assert [s.loss for s in plain.samples] == [11.25, 10.0, 8.75]
+    assert plain.facts.final_loss == odd.facts.final_loss == 8.75
+    bad = get("mxnet_bert").parse([log(["10.5", "nan", "8.0"])])
+    assert bad.facts.nonfinite_losses and bad.facts.final_loss == 8.75
