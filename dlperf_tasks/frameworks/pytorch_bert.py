@@ -218,10 +218,10 @@ class PytorchBertStream(LogStream):
     """DLE ``run_pretraining.py`` log: DLL step lines, the Config/PARAMETER lines, the final summary."""
 
     def scan(self, block: str) -> str:
-        parts = _DLL_FAST.split(block)  # [text, 11 groups, text, 11 groups, ...]: columns at C speed
-        n = (len(parts) - 1) // 12
+        parts = _DLL_FAST.split(block)  # [text, 10 groups, text, 10 groups, ...]: columns at C speed
+        n = (len(parts) - 1) // 11
         if n and not self._bulk(parts):  # rows (tuples) only when the columns need a closer look
-            self._steps(list(zip(*(parts[i::12] for i in range(1, 12)))))
+            self._steps(list(zip(*(parts[i::11] for i in range(1, 11)))))
         if n != block.count("Training Epoch: "):
             self._slow(block)
         if "PARAMETER" in block:
@@ -234,9 +234,9 @@ class PytorchBertStream(LogStream):
             if marker in block:
                 for _, line in self.lines_with(block, marker):
                     self._launcher(line)
-        # tqdm's progress bars are most of such a log: the crash-marker scan skips them (not what glues after)
-        rest = "".join(parts[0::12]) if n else block
-        return _TQDM.sub("", rest) if "Iteration:" in rest else rest
+        # the crash-marker scan reads the rest; tqdm's bars stay in it: cutting them out (a regex
+        # ``sub``) cost more than the ``find`` passes over them (they hold no crash hint)
+        return "".join(parts[0::11]) if n else block
 
     def _summary(self, line: str) -> None:
         m = _SUMMARY.search(line)
@@ -251,21 +251,22 @@ class PytorchBertStream(LogStream):
     def _bulk(self, parts: list[str]) -> bool:
         """All step lines of the block on one date with a numeric loss: whole columns through
         ``map`` (C speed). False: let :meth:`_steps` go row by row (and name what is wrong)."""
-        dates = set(zip(parts[1::12], parts[2::12], parts[3::12]))
-        if len(dates) != 1:
-            return False
+        ys, mos, ds, losses_s = parts[1::11], parts[2::11], parts[3::11], parts[10::11]
+        n = len(ys)
+        if ys.count(ys[0]) != n or mos.count(mos[0]) != n or ds.count(ds[0]) != n or None in losses_s:
+            return False  # several dates, a line without a loss: row by row
         try:
-            day = _day_seconds(*dates.pop())
-            steps = list(map(int, parts[9::12]))
-            losses = list(map(float, parts[11::12]))
-            secs = map(add, map(mul, map(int, parts[4::12]), repeat(3600)), map(mul, map(int, parts[5::12]), repeat(60)))
-            secs = map(add, secs, map(int, parts[6::12]))
-            ts = list(map(add, map(add, secs, map(float, map("0.".__add__, parts[7::12]))), repeat(day)))
+            day = _day_seconds(ys[0], mos[0], ds[0])
+            steps = list(map(int, parts[8::11]))
+            losses = list(map(float, losses_s))
+            # (day + hours + minutes) is a whole number: adding "SS.ffffff" last rounds once, like
+            # adding the whole seconds first and the fraction after (6 decimals are never a tie)
+            hm = map(add, map(mul, map(int, parts[4::11]), repeat(3600)), map(mul, map(int, parts[5::11]), repeat(60)))
+            ts = list(map(add, map(add, hm, repeat(day)), map(float, parts[6::11])))
         except ValueError:
             return False
         if not -math.inf < sum(losses) < math.inf:
             return False
-        n = len(steps)
         self.samples.add_columns(steps, ts, "s", rank=[0] * n, timestamp=ts, loss=losses)
         self.fc._iters.update(steps)
         self.fc._ranks.add(0)
@@ -280,7 +281,7 @@ class PytorchBertStream(LogStream):
         samples, iters = self.samples, self.fc._iters
         top = self.max_iteration if self.max_iteration is not None else -1
         days = _DAYS
-        for y, mo, d, h, mi, sec, frac, _epoch, step_s, name, loss_s in rows:
+        for y, mo, d, h, mi, secs, _epoch, step_s, name, loss_s in rows:
             day = days.get((y, mo, d))
             if day is None:
                 try:
@@ -288,7 +289,7 @@ class PytorchBertStream(LogStream):
                 except ValueError:
                     self.fc.error(f"invalid date {y}-{mo}-{d} in a DLL line")
                     continue
-            ts = day + int(h) * 3600 + int(mi) * 60 + int(sec) + (float("0." + frac) if frac else 0.0)
+            ts = day + int(h) * 3600 + int(mi) * 60 + float(secs)
             step = int(step_s)
             loss = None
             if name:
@@ -336,11 +337,10 @@ class PytorchBertStream(LogStream):
 
 
 _DLL_FAST = re.compile(
-    r"DLL (\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.(\d{1,6}))? - "
+    r"DLL (\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2}(?:\.\d{1,6})?+) - "
     r"Training Epoch: (\d+) Training Iteration: (\d+)\b[ \t]*(?:(average_loss|final_loss|step_loss) : (\S+))?")
 #: a plain finite decimal (anything else: nan, inf, garbage goes through LogStream.loss)
 _NUM = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\Z")
-_TQDM = re.compile(r"Iteration:\s*\d+%\|[^|\n]*\|[^\[\n]*\[[^\]\n]*\]")
 _FINAL_LOSS = re.compile(r"\bfinal_loss : (\S+)")
 _SUMMARY = re.compile(r"training_sequences_per_second : (\S+)")
 _BATCH_PER_GPU = re.compile(r"PARAMETER batch_size_per_gpu : (\d+)")

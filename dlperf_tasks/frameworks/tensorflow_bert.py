@@ -149,10 +149,10 @@ class TensorflowBertStream(LogStream):
         rest = block
         if "Train Step:" in block:
             parts = _ABSL_STEP.split("\n" + block)
-            if len(parts) // 10 == block.count("Train Step:") and not self._day_offset:
+            if len(parts) // 9 == block.count("Train Step:") and not self._day_offset:
                 if not self._columns(parts):
-                    self._bulk(list(zip(*(parts[i::10] for i in range(1, 10)))))
-                rest = "".join(parts[0::10])  # the crash-marker scan skips well-formed step lines
+                    self._bulk(list(zip(*(parts[i::9] for i in range(1, 9)))))
+                rest = "".join(parts[0::9])  # the crash-marker scan skips well-formed step lines
             else:
                 for start, line in self.lines_with(block, "Train Step:"):
                     self._step(block, start, line)
@@ -164,7 +164,7 @@ class TensorflowBertStream(LogStream):
     def _columns(self, parts: list) -> bool:
         """Untagged step lines of one day, numeric losses: columns through ``map`` at C speed.
         False: :meth:`_bulk` goes row by row (and names what is wrong)."""
-        ranks, months, days, losses_s = parts[1::10], parts[2::10], parts[3::10], parts[9::10]
+        ranks, months, days, losses_s = parts[1::9], parts[2::9], parts[3::9], parts[8::9]
         if ranks.count(None) != len(ranks) or None in losses_s or len(set(zip(months, days))) != 1:
             return False
         m = int(months[0])
@@ -172,10 +172,11 @@ class TensorflowBertStream(LogStream):
             return False
         day = (_DAYS_BEFORE[m - 1] + int(days[0])) * 86400.0
         try:
-            secs = map(add, map(add, map(mul, map(int, parts[4::10]), repeat(3600)),
-                                map(mul, map(int, parts[5::10]), repeat(60))), map(int, parts[6::10]))
-            ts = list(map(add, map(add, repeat(day), secs), map(float, map("0.".__add__, parts[7::10]))))
-            steps = list(map(int, parts[8::10]))
+            # day + hours + minutes is a whole number: adding "SS.ffffff" last rounds once, like adding
+            # the whole seconds first and the fraction after (6 decimals are never a tie)
+            hm = map(add, map(mul, map(int, parts[4::9]), repeat(3600)), map(mul, map(int, parts[5::9]), repeat(60)))
+            ts = list(map(add, map(add, repeat(day), hm), map(float, parts[6::9])))
+            steps = list(map(int, parts[7::9]))
             losses = list(map(float, losses_s))
         except ValueError:
             return False
@@ -195,13 +196,12 @@ class TensorflowBertStream(LogStream):
         samples, iters, ranks = self.samples, self.fc._iters, self.fc._ranks
         top = self.max_iteration if self.max_iteration is not None else -1
         t = self._prev
-        for rank_s, mo, d, h, mi, sec, frac, step_s, loss_s in rows:
+        for rank_s, mo, d, h, mi, secs, step_s, loss_s in rows:
             m = int(mo)
             if not 1 <= m <= 12:
                 self.fc.error(f"bad month {mo} in an absl prefix")
                 continue
-            t = ((_DAYS_BEFORE[m - 1] + int(d)) * 86400.0 + int(h) * 3600 + int(mi) * 60 + int(sec)
-                 + float("0." + frac))
+            t = (_DAYS_BEFORE[m - 1] + int(d)) * 86400.0 + int(h) * 3600 + int(mi) * 60 + float(secs)
             step = int(step_s)
             rank = int(rank_s) if rank_s else None
             loss = None
@@ -267,7 +267,7 @@ class TensorflowBertStream(LogStream):
 
 
 _ABSL_STEP = re.compile(
-    r"\n(?:\[\d+,(\d+)\]<\w+>:)?[ \t]*+[IWEF](\d\d)(\d\d) (\d{1,2}):(\d{1,2}):(\d{1,2})\.(\d{1,6})\b[^\n]*?"
+    r"\n(?:\[\d+,(\d+)\]<\w+>:)?[ \t]*+[IWEF](\d\d)(\d\d) (\d{1,2}):(\d{1,2}):(\d{1,2}\.\d{1,6})\b[^\n]*?"
     r"Train Step:\s*+(\d++)\s*+/\s*+\d++(?:\s*+/\s*+loss\s*+=\s*+(\S++))?+[^\n]*+")
 #: (possessive ``*+``/``++``/``?+`` only where giving characters back can never lead to a match:
 #: the same text is read, ~25 % faster; the trailing ``[^\n]*+`` takes the metrics after the loss,

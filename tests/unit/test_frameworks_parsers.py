@@ -264,3 +264,16 @@ def test_tensorflow_midnight_crossing():
     c = cell("tensorflow_bert", 32, "1n1g")
     assert f.check(parsed, c, Window()) == []
     assert f.trial_metric(parsed, c, Window()).value == 64.0  # 32 samples / 0.5 s
+
+
+def test_pytorch_step_line_without_a_loss_is_read_not_a_crash():
+    """A DLL step line that prints no loss (a log cut by a kill, a dllogger call with other data)
+    used to raise TypeError in the column fast path and take the whole extraction down."""
+    lines = [f"DLL 2020-09-24 03:15:{10 + i:02d}.{i:06d} - Training Epoch: 0 Training Iteration: {i}  "
+             f"average_loss : {11 - i * 0.01:.5f}  step_loss : 9.5" for i in range(1, 6)]
+    lines.insert(3, "DLL 2020-09-24 03:15:13.500000 - Training Epoch: 0 Training Iteration: 7")
+    p = get("pytorch_bert").parse(lines)
+    assert [s.iteration for s in p.samples] == [1, 2, 3, 7, 4, 5]
+    assert p.samples[3].loss is None and p.samples[3].value == pytest.approx(1600917313.5)
+    assert p.samples[0].value == pytest.approx(1600917311.000001)
+    assert p.facts.final_loss == pytest.approx(10.95) and not p.facts.errors
