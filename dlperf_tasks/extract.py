@@ -108,6 +108,8 @@ def _merge(parsed: dict[int, ParsedLog], metric_nodes: list[int]) -> ParsedLog:
     """One ParsedLog per trial: samples and iteration facts from the metrics node(s), crash
     markers from every node, extras merged (``memory_mib``: the largest seen on any node)."""
     multi = len(parsed) > 1
+    if not multi and list(parsed) == list(metric_nodes):
+        return next(iter(parsed.values()))  # one log that prints the metrics: merging it changes nothing
     facts = LogFacts()
     samples = Samples()
     extra: dict[str, Any] = {}

@@ -277,3 +277,13 @@ def test_pytorch_step_line_without_a_loss_is_read_not_a_crash():
     assert p.samples[3].loss is None and p.samples[3].value == pytest.approx(1600917313.5)
     assert p.samples[0].value == pytest.approx(1600917311.000001)
     assert p.facts.final_loss == pytest.approx(10.95) and not p.facts.errors
+
+
+def test_resnet50_speeds_rounded_to_two_decimals_whatever_the_log_prints():
+    """gluon-cv prints %.2f (kept as is); a log with more decimals is rounded like DLPerf's round(v, 2)."""
+    two = get("mxnet_resnet50").parse([f"INFO:root:Epoch[0] Batch[{i}]\tSpeed: {1000 + i}.25 samples/sec"
+                                       for i in range(1, 4)])
+    more = get("mxnet_resnet50").parse([f"INFO:root:Epoch[0] Batch[{i}]\tSpeed: {1000 + i}.256 samples/sec"
+                                        for i in range(1, 4)])
+    assert [s.value for s in two.samples] == [1001.25, 1002.25, 1003.25]
+    assert [s.value for s in more.samples] == [1001.26, 1002.26, 1003.26]
