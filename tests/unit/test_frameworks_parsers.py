@@ -287,3 +287,22 @@ def test_resnet50_speeds_rounded_to_two_decimals_whatever_the_log_prints():
                                         for i in range(1, 4)])
     assert [s.value for s in two.samples] == [1001.25, 1002.25, 1003.25]
     assert [s.value for s in more.samples] == [1001.26, 1002.26, 1003.26]
+
+
+def test_tqdm_block_glyphs_are_read_as_hashes_and_change_nothing_else():
+    """Bytes fed to a stream: tqdm's bar glyphs (U+2580-U+259F) become '#', so the text is ASCII
+    (faster to search); samples and crash markers are those of the text with the glyphs."""
+    bar = "Iteration:  40%|\u2589\u2589\u2589\u258c      | 4/10 [00:01<00:02,  2.1it/s]"
+    dll = ("DLL 2020-09-24 03:15:{:02d}.500000 - Training Epoch: 0 Training Iteration: {}  "
+           "average_loss : 10.5  step_loss : 9.5\n")
+    text = "".join(bar + "\r" + dll.format(10 + i, i) for i in range(1, 4)) + bar + "\rTraceback (most recent call last):\n"
+    st = get("pytorch_bert").stream()
+    seen = []
+    orig = st.scan
+    st.scan = lambda block: (seen.append(block), orig(block))[1]
+    st.feed(text.encode())
+    p = st.close()
+    assert all(b.isascii() for b in seen) and "|###\u258c" not in "".join(seen) and "|####" in "".join(seen)
+    q = get("pytorch_bert").parse([text])  # str input: glyphs kept
+    assert list(p.samples) == list(q.samples) and len(p.samples) == 3
+    assert p.facts.crash_markers == q.facts.crash_markers == ["Traceback: Traceback (most recent call last):"]
