@@ -348,12 +348,12 @@ class MxnetBertStream(LogStream):
             self.fc.facts.final_loss = self._last_loss
 
 
-#: possessive ``*+``/``++`` where giving characters back can never lead to a match (``\S`` then
-#: ``\s``: the same text, ~35 % less time in ``re.split``); the latency keeps ``\S+`` that may give
-#: back (``250.1ms/batch`` without a space still matches)
 #: the loss texts of a block, one per line: plain decimals only (then ``float`` cannot fail and the
 #: value is finite; anything else goes line by line)
 _PLAIN_NUMBERS = re.compile(r"-?\d{1,20}+(?:\.\d{1,20}+)?+(?:\n-?\d{1,20}+(?:\.\d{1,20}+)?+)*+")
+#: possessive ``*+``/``++`` where giving characters back can never lead to a match (``\S`` then
+#: ``\s``: the same text, ~35 % less time in ``re.split``); the latency keeps ``\S+`` that may give
+#: back (``250.1ms/batch`` without a space still matches)
 _FAST = re.compile(r"\[step (\d++)\]\s*+mlm_loss=\s*+(\S++)\s++nsp_loss=\s*+(\S++)\s++throughput=[^\n]*"
                    r"latency=\s*+(\S+)\s*ms/batch")
 
