@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dlperf_tasks.samples import SAMPLE_FIELDS, Sample, Samples, as_samples  # noqa: F401 (re-exported)
+from dlperf_tasks.samples import Sample, Samples, as_samples  # noqa: F401 (Sample re-exported)
 from dlperf_tasks.topology import Topology
 
 

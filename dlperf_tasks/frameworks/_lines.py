@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import math
 import re
+from itertools import repeat
+from operator import add, mul
 from typing import Iterable, Iterator
 
-from dlperf_tasks.model import LogFacts, Samples
+from dlperf_tasks.model import LogFacts, as_samples
 
 #: longest line kept (longer ones are cut; real training lines are < 4 KiB,
 #: the MXNet ``Namespace(...)`` line is ~20 KiB)
@@ -281,6 +283,15 @@ def round2(x: float) -> float:
     return round(float(x), 2)
 
 
+def clock_seconds(day: float, hours: list[str], minutes: list[str], seconds: list[str]) -> list[float]:
+    """Timestamps of a column of ``HH:MM:SS.ffffff`` clocks on one day (``day``: its 00:00 in
+    seconds), at C speed. ``day`` + hours + minutes is a whole number, so adding ``SS.ffffff`` last
+    rounds once, like adding the whole seconds first and the fraction after: the same double (with 6
+    decimals the exact sum is never within rounding reach of a tie). Raises ValueError on a bad field."""
+    hm = map(add, map(mul, map(int, hours), repeat(3600)), map(mul, map(int, minutes), repeat(60)))
+    return list(map(add, map(add, repeat(day), hm), map(float, seconds)))
+
+
 def step_window(samples: list, stride: int | None, warmup: int, total: int, skip: int = 0):
     """The two logged samples that bound a window counted in **steps**, not lines.
 
@@ -293,7 +304,8 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
     """
     if not samples:
         return None, total + skip
-    its = samples.iteration if isinstance(samples, Samples) else [s.iteration for s in samples]
+    samples = as_samples(samples)
+    its = samples.iteration
     stride = max(int(stride or 1), 1)
     origin = its[0] - stride
     want_start, want_end = origin + skip + warmup, origin + skip + total
@@ -315,9 +327,10 @@ def window_problems(samples: list, stride: int | None, window, skip: int = 0, *,
     finds no window (the log stops too early: "only N of M iterations", counted in steps) or why
     its two timestamps give no speed. ``label`` names a logged step ("step", "'Train Step'"),
     ``after`` qualifies the count (" after the first 5 steps")."""
+    samples = as_samples(samples)
     start, end = step_window(samples, stride, window.warmup, window.total, skip)
     if start is None:
-        last = max(samples.iteration) if isinstance(samples, Samples) else max(s.iteration for s in samples)
+        last = max(samples.iteration)
         have = max(0, window.total - (end - last))
         return [f"only {have} of {window.total} iterations{after} (last {label} seen {last}, the window needs "
                 f"step {end}; counted in steps)"]

@@ -30,10 +30,7 @@ import math
 import operator
 import re
 import statistics
-from bisect import bisect_right
 from collections import Counter, defaultdict
-from itertools import islice, repeat
-from operator import le, truediv
 from typing import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
@@ -198,21 +195,9 @@ def _needed_steps(per_step, total: int, stride: int | None) -> list[int]:
 
 
 def _speeds_by_step(samples, lo: int, hi: int, k: float) -> dict[int, list[float]]:
-    """step -> ``k / latency`` of each of its lines, for ``lo < step <= hi``. A log in step order
-    (untagged mpirun output: each step's rank lines together) is cut into runs with ``bisect``;
-    any other order goes line by line. Same lists either way (their order does not matter: medians)."""
-    its, vals = samples.iteration, samples.value
-    if its and all(map(le, its, islice(its, 1, None))):
-        out: dict[int, list[float]] = {}
-        i = bisect_right(its, lo)
-        end = bisect_right(its, hi, i)
-        while i < end:
-            j = bisect_right(its, its[i], i, end)
-            out[its[i]] = list(map(truediv, repeat(k), vals[i:j]))
-            i = j
-        return out
+    """step -> ``k / latency`` of each of its lines, for ``lo < step <= hi`` (read from the columns)."""
     speeds: dict[int, list[float]] = defaultdict(list)
-    for i, v in zip(its, vals):
+    for i, v in zip(samples.iteration, samples.value):
         if lo < i <= hi:
             speeds[i].append(k / v)
     return speeds

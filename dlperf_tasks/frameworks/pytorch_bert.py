@@ -40,14 +40,12 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
-from itertools import repeat
-from operator import add, mul
 from typing import Mapping
 
 from dlperf_tasks.catalog.nodefiles import container_path
 from dlperf_tasks.errors import CatalogError
 from dlperf_tasks.frameworks import _launch as L
-from dlperf_tasks.frameworks._lines import round2, step_window, window_problems
+from dlperf_tasks.frameworks._lines import clock_seconds, round2, step_window, window_problems
 from dlperf_tasks.frameworks._stream import LogStream, as_float, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
@@ -259,10 +257,7 @@ class PytorchBertStream(LogStream):
             day = _day_seconds(ys[0], mos[0], ds[0])
             steps = list(map(int, parts[8::11]))
             losses = list(map(float, losses_s))
-            # (day + hours + minutes) is a whole number: adding "SS.ffffff" last rounds once, like
-            # adding the whole seconds first and the fraction after (6 decimals are never a tie)
-            hm = map(add, map(mul, map(int, parts[4::11]), repeat(3600)), map(mul, map(int, parts[5::11]), repeat(60)))
-            ts = list(map(add, map(add, hm, repeat(day)), map(float, parts[6::11])))
+            ts = clock_seconds(day, parts[4::11], parts[5::11], parts[6::11])
         except ValueError:
             return False
         if not -math.inf < sum(losses) < math.inf:

@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import math
 import re
-from itertools import repeat
-from operator import add, mul
 from typing import Mapping
 
 from dlperf_tasks.catalog.nodefiles import container_path
 from dlperf_tasks.frameworks import _launch as L
-from dlperf_tasks.frameworks._lines import round2, step_window, strip_tag, window_problems
+from dlperf_tasks.frameworks._lines import clock_seconds, round2, step_window, strip_tag, window_problems
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
@@ -172,10 +170,7 @@ class TensorflowBertStream(LogStream):
             return False
         day = (_DAYS_BEFORE[m - 1] + int(days[0])) * 86400.0
         try:
-            # day + hours + minutes is a whole number: adding "SS.ffffff" last rounds once, like adding
-            # the whole seconds first and the fraction after (6 decimals are never a tie)
-            hm = map(add, map(mul, map(int, parts[4::9]), repeat(3600)), map(mul, map(int, parts[5::9]), repeat(60)))
-            ts = list(map(add, map(add, repeat(day), hm), map(float, parts[6::9])))
+            ts = clock_seconds(day, parts[4::9], parts[5::9], parts[6::9])
             steps = list(map(int, parts[7::9]))
             losses = list(map(float, losses_s))
         except ValueError:
