@@ -17,6 +17,7 @@ local process groups) of this trial and cleans the nodes. While deferred, the tr
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -24,6 +25,12 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from dlperf_tasks.airflow import tasks
 from dlperf_tasks.airflow.settings import DlperfSettings
+
+
+#: a trial's start waits for busy nodes in its worker slot at most this long at a time ...
+LEASE_SLICE_S = 15.0
+#: ... then waits this long deferred (no slot held) before it tries again
+LEASE_RECHECK_S = 20.0
 
 
 class TrialOperator(BaseOperator):
@@ -60,16 +67,39 @@ class TrialOperator(BaseOperator):
         try_number, max_tries = self._tries(context)
         self.log.info("trial %s (try %d of %d)", self.item.get("trial_id"), try_number, max_tries)
         cfg = self.dlperf_settings
-        with _mapped_errors():
-            if not self._defers() or cfg.is_local or self.item.get("dry_run"):
+        if not self._defers() or cfg.is_local or self.item.get("dry_run"):
+            with _mapped_errors():
                 out = tasks.run_trial(self.item, cfg, try_number=try_number, max_tries=max_tries, log=self.log.info)
-            else:
-                got = tasks.start_trial(self.item, cfg, try_number=try_number, max_tries=max_tries,
-                                        log=self.log.info)
-                if "started" in got:
-                    self._defer(got["started"])
-                out = got["record"]
-        return self._done(out)
+            return self._done(out)
+        return self._start(context, time.time())
+
+    def start_again(self, context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Back from :class:`~dlperf_tasks.airflow.triggers.LeaseWaitTrigger`: lease the nodes again."""
+        return self._start(context, float((event or {}).get("waiting_since") or time.time()))
+
+    def _start(self, context, waiting_since: float) -> dict[str, Any]:
+        """Lease the nodes and start the jobs, then defer to the jobs' trigger. The nodes are waited
+        for in the worker slot only :data:`LEASE_SLICE_S` at a time: while they are busy the task
+        defers to a timer (the slot is free for the resumes that release nodes) and tries again,
+        until the settings' ``lease_wait_s`` has passed since the first try; the last try records
+        the trial as not run for want of nodes (retried while tries remain), as before."""
+        try_number, max_tries = self._tries(context)
+        left = max(0.0, self.dlperf_settings.lease_wait_s - (time.time() - waiting_since))
+        last = left <= LEASE_SLICE_S + LEASE_RECHECK_S  # the rest of the wait fits in one slice
+        with _mapped_errors():
+            got = tasks.start_trial(self.item, self.dlperf_settings, try_number=try_number, max_tries=max_tries,
+                                    log=self.log.info, lease_wait_s=left if last else LEASE_SLICE_S,
+                                    busy_returns=not last)
+        if "waiting" in got:
+            self.log.info("trial %s: no free nodes yet (%s): waiting %.0f s without a worker slot, then trying "
+                          "again (%.0f s of %.0f s waited)", self.item.get("trial_id"), got["waiting"],
+                          LEASE_RECHECK_S, time.time() - waiting_since, self.dlperf_settings.lease_wait_s)
+            from dlperf_tasks.airflow.triggers import LeaseWaitTrigger
+
+            self.defer(trigger=LeaseWaitTrigger(LEASE_RECHECK_S, waiting_since), method_name="start_again")
+        if "started" in got:
+            self._defer(got["started"])
+        return self._done(got["record"])
 
     def _defer(self, state: dict[str, Any]) -> None:
         from dlperf_tasks.airflow.triggers import RemoteTrialTrigger

@@ -82,10 +82,11 @@ DEFERRED_LEASE_TTL_S = 900.0
 
 
 def start_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
-                log=None) -> dict[str, Any]:
+                log=None, lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any]:
     """The first half of a deferrable trial in this worker's run dir: ``{"record": ...}`` when it
     is done already (dry run, reused, local runtime, no nodes), else ``{"started": state}`` (the
-    remote jobs run; nothing to push yet)."""
+    remote jobs run; nothing to push yet), or with ``busy_returns`` ``{"waiting": reason}`` when no
+    nodes were free within ``lease_wait_s`` (nothing recorded: the task waits deferred, calls again)."""
     from dlperf_tasks.engine.trials import start_item
     from dlperf_tasks.store import staging
 
@@ -93,7 +94,8 @@ def start_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_t
     done = True
     try:
         got = start_item(local, settings, try_number=try_number, max_tries=max_tries, log=log,
-                         lease_ttl_s=DEFERRED_LEASE_TTL_S)
+                         lease_ttl_s=DEFERRED_LEASE_TTL_S,
+                         lease_wait_s=lease_wait_s, busy_returns=busy_returns)
         done = "record" in got
         return got
     finally:

@@ -120,3 +120,23 @@ class RemoteTrialTrigger(BaseTrigger):
 
         with SSHPool(cluster) as pool:  # a bare watch (no started trial): its jobs only
             return [f"node {n}: job would not stop" for n in stop_jobs(pool, JobsWatch.from_dict(self.watch))]
+
+
+class LeaseWaitTrigger(BaseTrigger):
+    """A trial waiting for busy nodes without a worker slot: fires after ``delay_s`` with the time
+    the trial began to wait (``waiting_since``, epoch seconds), so its next try knows how much of
+    the settings' ``lease_wait_s`` is left. The time travels in the event, which both the
+    triggerer and ``dag.test()`` hand to the resumed method (``dag.test()`` drops defer kwargs)."""
+
+    def __init__(self, delay_s: float, waiting_since: float):
+        super().__init__()
+        self.delay_s = float(delay_s)
+        self.waiting_since = float(waiting_since)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"delay_s": self.delay_s, "waiting_since": self.waiting_since})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await asyncio.sleep(self.delay_s)
+        yield TriggerEvent({"waiting_since": self.waiting_since})

@@ -127,11 +127,15 @@ def _watch_and_finish(pool, state: dict, poll_s: float, stop, display, finish: C
 
 
 def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None, attempt: int, display=None,
-                 lease_ttl_s: float = FINISH_LEASE_TTL_S, pool=None) -> dict[str, Any] | TrialResult:
+                 lease_ttl_s: float = FINISH_LEASE_TTL_S, pool=None,
+                 lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any] | TrialResult:
     """Lease ``topology.nodes`` free nodes (waiting up to the retry policy's lease wait) and start
     the trial there. Returns its state (``leases`` and ``image`` added; the watch renews the leases
     to ``lease_ttl_s``), or the result when no nodes could be had. A stop ends the wait.
-    ``pool``: the caller's (it goes on to watch the trial), else one of its own for the start."""
+    ``pool``: the caller's (it goes on to watch the trial), else one of its own for the start.
+    ``lease_wait_s``: wait this long for the nodes instead of the settings' ``lease_wait_s``;
+    ``busy_returns``: return ``{"waiting": reason}`` when none were free by then, recording nothing
+    (the caller waits elsewhere, e.g. a deferred task without a worker slot, and calls again)."""
     from dlperf_tasks.remote.allocation import lease_group, usable_nodes
     from dlperf_tasks.remote.ssh import SSHPool
 
@@ -146,7 +150,10 @@ def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None
     stop = _STOP_EVENTS[_stop_key(rd.run_id, trial.key)] = threading.Event()
     runtime = _runtime(suite, cluster, image)
     with (contextlib.nullcontext(pool) if pool is not None else SSHPool(cluster)) as pool:
-        held = lease_group(pool, fits, topo.nodes, rd.run_id, wait_s=settings.lease_wait_s, stop=stop)
+        wait_s = settings.lease_wait_s if lease_wait_s is None else lease_wait_s
+        held = lease_group(pool, fits, topo.nodes, rd.run_id, wait_s=wait_s, stop=stop)
+        if isinstance(held, str) and busy_returns and not stop.is_set():
+            return {"waiting": held}
         if isinstance(held, str):
             status = TrialStatus.NOT_RUN if stop.is_set() else TrialStatus.NODE_UNREACHABLE
             return TrialResult(trial=trial, status=status, reason=held)
@@ -190,10 +197,12 @@ def finish_leased(state: Mapping[str, Any], verdict, suite, rd: RunDir, settings
 
 def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
                log: Callable[[str], None] | None = None, lease_ttl_s: float = FINISH_LEASE_TTL_S, display=None,
-               pool=None) -> dict[str, Any]:
+               pool=None, lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any]:
     """The first half of one planned trial: ``{"record": ...}`` when it is done already (dry run,
     a valid record in the run dir: ``reused``, the local runtime runs it whole here), else
-    ``{"started": state}`` (remote jobs running, nodes leased; :func:`finish_item` ends it)."""
+    ``{"started": state}`` (remote jobs running, nodes leased; :func:`finish_item` ends it), or
+    with ``busy_returns`` ``{"waiting": reason}`` when no nodes were free within ``lease_wait_s``
+    (nothing recorded; see :func:`start_leased`)."""
     from dlperf_tasks.engine.progress import Display
     from dlperf_tasks.dagdecisions import adaptive_skip
     from dlperf_tasks.report.result_json import trial_record
@@ -214,11 +223,14 @@ def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tr
         return {"record": _record(item, rd, run_local(trial, suite, rd, display), display, try_number, max_tries)}
     try:
         got = start_leased(trial, suite, rd, settings, image=item.get("image"), attempt=try_number,
-                           display=display, lease_ttl_s=lease_ttl_s, pool=pool)
+                           display=display, lease_ttl_s=lease_ttl_s, pool=pool,
+                           lease_wait_s=lease_wait_s, busy_returns=busy_returns)
     finally:
         _STOP_EVENTS.pop(_stop_key(rd.run_id, trial.key), None)
     if isinstance(got, TrialResult):
         return {"record": _record(item, rd, got, display, try_number, max_tries)}
+    if "waiting" in got:
+        return got
     return {"started": got}
 
 

@@ -25,7 +25,11 @@ from tests.fixtures import celery_airflow
 from tests.fixtures.services import start_services
 from tests.integration.dag_cluster_helpers import assert_cluster_idle, site_catalog
 
-pytestmark = [pytest.mark.cluster, pytest.mark.airflow, pytest.mark.slow]
+# a slow CI machine: a worker's death costs a heartbeat timeout, a retry delay and the dead
+# trial's lease TTL; the test's own waits (TEST_BUDGET_S) end before pytest's timeout, so a run
+# that does not finish fails with the task instances' timeline and the services' logs
+pytestmark = [pytest.mark.cluster, pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1800)]
+TEST_BUDGET_S = 1650
 
 # the speeds of test_dag_cluster_e2e (LocalExecutor via dag.test), a subset of its topologies
 SPEEDS = {"1n1g": 101.5, "1n8g": 790.25, "2n8g": 1500.5}
@@ -102,9 +106,12 @@ def _wait(svc, run_id: str, until, timeout: float, what: str, poll_s: float = 3)
         if got:
             return got
         time.sleep(poll_s)
-    states = {(t["task_id"], t["map_index"]): t["state"] for t in _tis(svc, run_id)}
-    raise AssertionError(f"{what} not reached in {timeout:.0f} s: {states}\nw1:\n{svc.log('w1')}\n"
-                         f"w2:\n{svc.log('w2')}\nscheduler:\n{svc.log('scheduler')}")
+    timeline = "\n".join(f"  {t['task_id']}[{t['map_index']}] try {t['try_number']} {t['state']} "
+                         f"{t.get('hostname') or '-'} queued {t.get('queued_when')} start {t.get('start_date')} "
+                         f"end {t.get('end_date')}" for t in _tis(svc, run_id))
+    raise AssertionError(f"{what} not reached in {timeout:.0f} s:\n{timeline}\nw1:\n{svc.log('w1')}\n"
+                         f"w2:\n{svc.log('w2')}\ntriggerer:\n{svc.log('triggerer')}\n"
+                         f"scheduler:\n{svc.log('scheduler', 12000)}")
 
 
 def _kill_w1_mid_trial(svc, run_id: str, w1_work, timeout: float = 900) -> set[int]:
@@ -134,6 +141,7 @@ def _kill_w1_mid_trial(svc, run_id: str, w1_work, timeout: float = 900) -> set[i
 
 def test_two_celery_workers_no_shared_disk_worker_killed(sim_cluster_env, tmp_path):
     sim = sim_cluster_env
+    deadline = time.monotonic() + TEST_BUDGET_S
     catalog = site_catalog(tmp_path / "catalog", "pytorch-bert", SPEEDS, time_scale=0.05)
     store_url = f"file://{tmp_path / 'store'}"
     pg, redis = start_services()
@@ -148,7 +156,8 @@ def test_two_celery_workers_no_shared_disk_worker_killed(sim_cluster_env, tmp_pa
             "AIRFLOW__DLPERF__SCHEDULE_PYTORCH": "none",
             # a killed worker's task instances are failed (and retried) within a minute
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "40",
-            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120",  # a message the dead worker had reserved
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120",  # a message the dead worker had reserved ...
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "20",  # ... is found within 140 s, not 240
         })
         end = time.monotonic() + 240
         while svc.request("GET", f"/dags/{DAG}")[0] != 200:
@@ -162,13 +171,13 @@ def test_two_celery_workers_no_shared_disk_worker_killed(sim_cluster_env, tmp_pa
 
         # kill w1 while one of its processes runs a trial (as if its host went away), once that
         # trial has begun its work on w1 (its run dir in w1's own work_dir)
-        killed_on_w1 = _kill_w1_mid_trial(svc, run_id, tmp_path / "af" / "host-w1" / "work")
+        killed_on_w1 = _kill_w1_mid_trial(svc, run_id, tmp_path / "af" / "host-w1" / "work", timeout=600)
 
         def finished(_tis):
             code, body = svc.request("GET", f"/dags/{DAG}/dagRuns/{run_id}")
             return body if body["state"] in ("success", "failed") else None
 
-        final = _wait(svc, run_id, finished, 1500, "the DAG run's end", poll_s=1)
+        final = _wait(svc, run_id, finished, deadline - time.monotonic(), "the DAG run's end", poll_s=1)
         tis = _tis(svc, run_id)
         assert final["state"] == "success", {(t["task_id"], t["map_index"]): t["state"] for t in tis}
         trials = [t for t in tis if t["task_id"] == "trial"]

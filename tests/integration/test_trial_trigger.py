@@ -149,3 +149,24 @@ def test_a_lease_taken_over_while_the_trial_runs_is_in_the_event_and_not_counted
     assert lost_lease_reason(ev["watch"]) == ("the lease of node(s) node2 was lost while the trial ran (another "
                                               "run may have used the node): not counted")
     assert lost_lease_reason(w.to_dict()) is None  # nothing lost: counted as the gate says
+
+
+def test_lease_wait_trigger_round_trip_and_event():
+    """The lease-wait timer carries the time the trial began to wait through serialization and
+    back in its event (what the resumed start reads), and fires after its delay, not before."""
+    import time
+
+    from dlperf_tasks.airflow.triggers import LeaseWaitTrigger
+
+    classpath, kwargs = LeaseWaitTrigger(0.3, 1795000000.5).serialize()
+    assert classpath == "dlperf_tasks.airflow.triggers.LeaseWaitTrigger"
+    trig = LeaseWaitTrigger(**kwargs)
+
+    async def first():
+        async for ev in trig.run():
+            return ev
+
+    t0 = time.monotonic()
+    ev = asyncio.run(first())
+    assert time.monotonic() - t0 >= 0.3
+    assert ev.payload == {"waiting_since": 1795000000.5}
