@@ -5,6 +5,7 @@ failed or a cancelled run) kills the remote jobs and removes their job directori
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -100,6 +101,11 @@ def test_killed_trigger_stops_the_jobs_and_cleans_the_nodes(pool, nodes):
         with pytest.raises(asyncio.CancelledError):
             await task
 
+    # a job writes its pid file a moment after start returns (setsid in the background): wait for
+    # it, or a loaded machine reads "not alive" before the job has begun
+    end = time.monotonic() + 20
+    while not all(pool.read(j.node, j.paths.pid_file) for j in jobs) and time.monotonic() < end:
+        time.sleep(0.1)
     assert all(is_alive(pool, j) for j in jobs)
     asyncio.run(drive())
     assert all(is_alive(pool, j) for j in jobs)  # not a kill: the trial goes on
