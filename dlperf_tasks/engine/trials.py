@@ -152,9 +152,9 @@ def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None
     with (contextlib.nullcontext(pool) if pool is not None else SSHPool(cluster)) as pool:
         wait_s = settings.lease_wait_s if lease_wait_s is None else lease_wait_s
         held = lease_group(pool, fits, topo.nodes, rd.run_id, wait_s=wait_s, stop=stop)
-        if isinstance(held, str) and busy_returns and not stop.is_set():
-            return {"waiting": held}
         if isinstance(held, str):
+            if busy_returns and not stop.is_set():
+                return {"waiting": held}
             status = TrialStatus.NOT_RUN if stop.is_set() else TrialStatus.NODE_UNREACHABLE
             return TrialResult(trial=trial, status=status, reason=held)
         try:  # the leases renew themselves while the trial starts (an image pull can outlast their TTL)
