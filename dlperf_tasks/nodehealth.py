@@ -15,8 +15,11 @@ Pure logic plus one small JSON state file (no SSH, no Airflow). Evidence, per no
 A node is **suspect** when it was slower than its peers by more than a robust margin in at
 least ``min_slow_trials`` (default 2) trials *and* in at least half of the trials in which it
 could be compared, or had XID errors, or failed ``min_error_trials`` (default 2) trials. The
-margin is ``max(threshold, k * MAD-sigma)`` of all slow-downs seen in the sweep (default
-threshold 5 %, k = 4): noise every node shares does not name anyone.
+margin is ``max(threshold, centre + k * sigma)`` (default threshold 5 %, k = 4), sigma the
+trial-to-trial noise of the slow-downs: noise every node shares does not name anyone. Nodes whose
+median slow-down is above the threshold are left out of the references, and each node's own
+offset out of sigma (two passes, :func:`assess_run`), so that a slow node cannot hide behind the
+noise it causes in its peers.
 
 Quarantine (``quarantine: true``): during a sweep the engine stops giving a suspect node
 trials (``Scheduler.mark_down``); in the service the node stays out until someone clears it
@@ -43,6 +46,7 @@ from typing import Any, Iterable, Mapping, Sequence
 STATE_FILE = "quarantine.json"
 REPORT_HEADING = "## Node health"
 MAD_SCALE = 1.4826
+PAIR_SPAN = 10  # node_margin: each trial's slow-down is differenced with its node's next 10
 
 
 @dataclass(frozen=True)
@@ -111,8 +115,10 @@ def _trial_value(t: Mapping[str, Any]) -> float | None:
     return v if math.isfinite(v) and v > 0 else None
 
 
-def cell_observations(result: Mapping[str, Any]) -> list[Observation]:
-    """Single-node trials of each cell, compared with the same cell's trials on other nodes."""
+def cell_observations(result: Mapping[str, Any], exclude: Iterable[str] = ()) -> list[Observation]:
+    """Single-node trials of each cell, compared with the same cell's trials on other nodes
+    (none of them in ``exclude``: the candidates, see :func:`assess_run`)."""
+    exclude = set(exclude)
     out: list[Observation] = []
     for cell in result.get("cells", []):
         latency = cell.get("metric_kind") == "latency"
@@ -125,7 +131,9 @@ def cell_observations(result: Mapping[str, Any]) -> list[Observation]:
         if len({n for n, _, _ in runs}) < 2:
             continue
         for node, v, tid in runs:
-            peers = [x for n, x, _ in runs if n != node]
+            peers = [x for n, x, _ in runs if n != node and n not in exclude]
+            if not peers:
+                continue
             ref = statistics.median(peers)
             slow = (v / ref - 1.0) if latency else (1.0 - v / ref)
             out.append(Observation(node, tid, "cell", slow, f"{v:.2f} vs {ref:.2f} on other nodes"))
@@ -190,10 +198,11 @@ def _xid_list(facts: Mapping[str, Any]) -> list:
 
 
 def assess(observations: Sequence[Observation], nodes: Iterable[str] = (), telemetry: Mapping[str, Any] | None = None,
-           cfg: HealthConfig | None = None) -> list[NodeVerdict]:
-    """One verdict per node (every node in ``nodes`` or in the observations), suspects first."""
+           cfg: HealthConfig | None = None, slow_margin: float | None = None) -> list[NodeVerdict]:
+    """One verdict per node (every node in ``nodes`` or in the observations), suspects first.
+    ``slow_margin``: the margin to use (default: :func:`margin` of the observations)."""
     cfg = cfg or HealthConfig()
-    m = margin(observations, cfg)
+    m = margin(observations, cfg) if slow_margin is None else slow_margin
     names = list(dict.fromkeys(list(nodes) + [o.node for o in observations] + list(telemetry or {})))
     out = []
     for node in names:
@@ -229,10 +238,55 @@ def assess(observations: Sequence[Observation], nodes: Iterable[str] = (), telem
 
 def assess_run(result: Mapping[str, Any], straggler_reports: Iterable[Mapping[str, Any]] = (),
                telemetry: Mapping[str, Any] | None = None, cfg: HealthConfig | None = None) -> list[NodeVerdict]:
-    """All evidence of one run (its result.json, its stragglers.json trials, telemetry facts)."""
-    obs = cell_observations(result) + straggler_observations(straggler_reports) + error_observations(result)
+    """All evidence of one run (its result.json, its stragglers.json trials, telemetry facts).
+
+    Two passes. A slow node drags down the reference of every trial it is a peer of: its peers
+    then show slow-downs below zero, and the spread of all slow-downs (the margin's noise
+    estimate) grows with the very effect it should detect (one node 20 % slow among four could
+    raise the margin past 50 % and be named by nobody). So the nodes whose median slow-down
+    exceeds ``threshold`` are **candidates**: the second pass compares every trial with the
+    trials of the other, non-candidate nodes only, and the margin takes each node's own offset
+    out of its noise estimate (:func:`_node_margin`)."""
+    cfg = cfg or HealthConfig()
+    other = straggler_observations(straggler_reports) + error_observations(result)
+    first = cell_observations(result) + other
+    candidates = _candidates(first, cfg)
+    if candidates >= {o.node for o in first if o.slowdown is not None}:
+        candidates = set()  # every node "slower than the rest": no healthy reference, keep pass one
+    obs = cell_observations(result, exclude=candidates) + other
+    m = _node_margin(obs, cfg)
+    if m is None:  # too few repeated nodes to take their offsets out: the plain spread
+        m = margin(obs if sum(o.slowdown is not None for o in obs) >= 3 else first, cfg)
     nodes = [n.get("name") for n in ((result.get("run") or {}).get("cluster") or {}).get("nodes", []) if n.get("name")]
-    return assess(obs, nodes, telemetry, cfg)
+    return assess(obs, nodes, telemetry, cfg, slow_margin=m)
+
+
+def _by_node(observations: Sequence[Observation]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for o in observations:
+        if o.slowdown is not None:
+            out.setdefault(o.node, []).append(o.slowdown)
+    return out
+
+
+def _node_margin(observations: Sequence[Observation], cfg: HealthConfig) -> float | None:
+    """``max(threshold, centre + k * sigma)`` with the node effects taken out: sigma from the
+    differences between two trials of the same node (``|a - b| / sqrt 2`` estimates one trial's
+    noise whatever the node's own offset; each trial paired with the next ``PAIR_SPAN`` of its
+    node, so the cost stays linear in the trials), the centre = median of the nodes' median
+    slow-downs. None with fewer than 3 such pairs."""
+    by_node = _by_node(observations)
+    diffs = [abs(a - b) for s in by_node.values() for i, a in enumerate(s) for b in s[i + 1:i + 1 + PAIR_SPAN]]
+    if len(diffs) < 3:
+        return None
+    sigma = MAD_SCALE * statistics.median(diffs) / math.sqrt(2)
+    centre = statistics.median(statistics.median(s) for s in by_node.values())
+    return max(cfg.threshold, centre + cfg.k * sigma)
+
+
+def _candidates(observations: Sequence[Observation], cfg: HealthConfig) -> set[str]:
+    """Nodes whose median slow-down (first pass) is above the threshold."""
+    return {n for n, s in _by_node(observations).items() if statistics.median(s) > cfg.threshold}
 
 
 def to_doc(verdicts: Sequence[NodeVerdict], quarantined: Iterable[str] = ()) -> dict[str, Any]:

@@ -230,6 +230,13 @@ def _record_starts_and_quarantines(monkeypatch) -> list[tuple]:
     return events
 
 
+def _health_story(res, health, events) -> str:
+    """What a failure needs: every node's verdict and every trial's cell, node, status and value."""
+    trials = [(t.get("trial_id"), t.get("node_names"), t.get("status"), t.get("value"), t.get("reason"))
+              for c in res.result["cells"] for t in c.get("trials", [])]
+    return "\n".join([f"nodes: {health.get('nodes')}", f"trials: {trials}", f"events: {events}"])
+
+
 def test_slow_node_named_quarantined_and_cleared(sim_cluster_env, tmp_path, capsys, monkeypatch):
     sim = sim_cluster_env
     events = _record_starts_and_quarantines(monkeypatch)
@@ -243,14 +250,15 @@ def test_slow_node_named_quarantined_and_cleared(sim_cluster_env, tmp_path, caps
                     SweepOptions(node_health=True, work_dir=str(work), **common))
     on3 = [r for r in res.ran if "node3" in r.nodes]
     health = res.result["run"]["node_health"]
-    assert health["suspects"] == ["node3"] and health["quarantined"] == ["node3"], health
-    assert 2 <= len(on3) <= 3 and len(res.ran) == 15  # named after 2 slow trials; every trial still ran
+    why = _health_story(res, health, events)
+    assert health["suspects"] == ["node3"] and health["quarantined"] == ["node3"], why
+    assert 2 <= len(on3) <= 3 and len(res.ran) == 15, why  # named after 2 slow trials; every trial still ran
     assert not (work / "quarantine.json").exists()  # in the store, where every worker host sees it
     assert "node3" in Quarantine.for_settings(settings).nodes()
     assert events.count(("down", "node3")) == 1, events
     later = events[events.index(("down", "node3")) + 1:]
     assert later and all(e[0] == "start" and "node3" not in e[2] for e in later), events  # none on node3 once quarantined
-    assert all(r.valid for r in res.ran)
+    assert all(r.valid for r in res.ran), why
     assert "**node3** suspect (quarantined)" in (tmp_path / "s1" / "report.md").read_text()
     # the next sweep of the service leaves node3 out from the start
     res2 = run_sweep(suite, plan(suite, {"trials": 2}), cluster, tmp_path / "s2",
