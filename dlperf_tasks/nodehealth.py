@@ -251,9 +251,7 @@ def assess_run(result: Mapping[str, Any], straggler_reports: Iterable[Mapping[st
     other = straggler_observations(straggler_reports) + error_observations(result)
     first = cell_observations(result) + other
     candidates = _candidates(first, cfg)
-    if candidates >= {o.node for o in first if o.slowdown is not None}:
-        candidates = set()  # every node "slower than the rest": no healthy reference, keep pass one
-    obs = cell_observations(result, exclude=candidates) + other
+    obs = cell_observations(result, exclude=candidates) + other if candidates else first
     m = _node_margin(obs, cfg)
     if m is None:  # too few repeated nodes to take their offsets out: the plain spread
         m = margin(obs if sum(o.slowdown is not None for o in obs) >= 3 else first, cfg)
@@ -285,8 +283,11 @@ def _node_margin(observations: Sequence[Observation], cfg: HealthConfig) -> floa
 
 
 def _candidates(observations: Sequence[Observation], cfg: HealthConfig) -> set[str]:
-    """Nodes whose median slow-down (first pass) is above the threshold."""
-    return {n for n, s in _by_node(observations).items() if statistics.median(s) > cfg.threshold}
+    """Nodes whose median slow-down (first pass) is above the threshold; none when that is every
+    judged node (all "slower than the rest": no healthy reference, pass one stands)."""
+    by_node = _by_node(observations)
+    out = {n for n, s in by_node.items() if statistics.median(s) > cfg.threshold}
+    return set() if out == set(by_node) else out
 
 
 def to_doc(verdicts: Sequence[NodeVerdict], quarantined: Iterable[str] = ()) -> dict[str, Any]:
