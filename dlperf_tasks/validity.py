@@ -11,8 +11,12 @@ A trial is valid (``TrialStatus.OK``) only when
 * the framework's speed rule yields a finite value > 0,
 * no iteration is logged twice by the same rank (see :func:`repeated_iterations`),
 * every loss the log printed is finite (:attr:`LogFacts.nonfinite_losses`),
-* the value is physically plausible: samples/s per GPU at most the suite's
-  ``plausible_max_per_gpu`` (catalog), or for latency metrics a latency at least that floor.
+* the value is physically plausible (:func:`plausibility_problem`, :func:`sample_bound_problems`):
+  no iteration (a logged ``ms/iter`` sample, the metric's latency, or the time a throughput
+  implies for one global batch) longer than a day; samples/s per GPU at most the suite's
+  ``plausible_max_per_gpu`` (catalog), or for latency metrics no iteration (sample or metric)
+  below that floor nor below the framework's own per-cell floor
+  (:meth:`Framework.latency_floor_ms`, e.g. Megatron's FLOP count at a peak no GPU reaches).
 
 Otherwise the result keeps its raw samples (and, where the speed rule could still be
 applied, the raw value) with status ``INVALID_LOG`` (``NONZERO_EXIT`` for a non-zero exit
@@ -36,6 +40,8 @@ from dlperf_tasks.model import MetricKind, ParsedLog, Samples, Trial, TrialMetri
 #: sample units whose value is a timestamp (may be 0 or negative relative times)
 _TIMESTAMP_UNITS = {"s"}
 _MAX_LISTED = 5
+#: no training iteration of a benchmark takes longer than a day (a 1e308 ms line is a broken log)
+DAY_MS = 86_400_000.0
 
 
 def _fmt_list(items: list) -> str:
@@ -177,24 +183,93 @@ def repeated_iterations(parsed: ParsedLog, expected_ranks: list[int] | None = No
     return [f"iteration logged twice ({len(dups)}): {shown} (a restarted or concatenated log; rerun the trial)"]
 
 
-def plausibility_problem(metric: TrialMetric, world: int, bound: float | None) -> str | None:
-    """The catalog's physical bound: samples/s per GPU above ``bound`` (throughput) or a latency
-    below ``bound`` ms/iteration (latency) is impossible, whatever the log says."""
-    if bound is None or bound <= 0:
-        return None
+def plausibility_problem(metric: TrialMetric, world: int, bound: float | None,
+                         global_batch: int | None = None, floor_ms: float | None = None) -> str | None:
+    """The physical bounds of a metric, whatever the log says: a latency longer than a day
+    (:data:`DAY_MS`) or below ``bound`` (the catalog floor) or ``floor_ms`` (the framework's
+    per-cell floor); samples/s per GPU above ``bound`` (the catalog ceiling), or so low that one
+    ``global_batch`` would take longer than a day. Non-finite values are left to the caller."""
     v = metric.value
+    if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        return None
     if MetricKind(metric.kind) == MetricKind.LATENCY:
-        if isinstance(v, (int, float)) and v < bound:
+        if v > DAY_MS:
+            return f"latency {v:.6g} ms/iter is longer than a day ({DAY_MS:.0f} ms/iter): not a real iteration"
+        if bound is not None and bound > 0 and v < bound:
             return (f"latency {v!r} ms/iter is below the plausible floor {bound:g} ms/iter "
                     "(catalog plausible_max_per_gpu)")
-        return None
-    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        if floor_ms and v < floor_ms:
+            return f"latency {v!r} ms/iter is below the cell's floor {floor_ms:.4g} ms/iter ({_FLOOR_WHY})"
         return None
     per_gpu = v / max(world, 1)
-    if per_gpu > bound:
+    if bound is not None and bound > 0 and per_gpu > bound:
         return (f"{per_gpu:.4g} samples/s per GPU is above the plausible maximum {bound:g} "
                 "(catalog plausible_max_per_gpu)")
+    if global_batch and global_batch / v > DAY_MS / 1000.0:
+        return (f"{v:.6g} samples/s means one global batch of {global_batch} takes longer than a day "
+                f"({DAY_MS / 1000:.0f} s): not a real run")
     return None
+
+
+_FLOOR_WHY = "the framework's FLOP count for one iteration at a per-GPU peak above any GPU's"
+
+
+def sample_bound_problems(samples: Samples, world: int, bound: float | None, kind: MetricKind,
+                          batch_per_device: int | None = None, floor_ms: float | None = None) -> list[str]:
+    """Logged values outside physical sense (each line, not only the metric: one 1e-300 ms line
+    among twelve moves a mean 8 % without leaving any bound). ``ms/iter`` lines: longer than a
+    day, or (latency metrics) below the catalog floor ``bound`` / the framework's ``floor_ms``, or
+    (throughput metrics, per-device batch known) faster than ``bound`` samples/s per GPU allows.
+    ``samples/s`` lines (global speeds): above ``bound`` x GPUs. Non-positive and non-finite values
+    are reported by :func:`generic_problems`."""
+    vals, units = samples.value, samples.unit
+    if not vals:
+        return []
+    lo_ms, lo_why = 0.0, "catalog plausible_max_per_gpu"
+    if MetricKind(kind) == MetricKind.LATENCY:
+        lo_ms = bound or 0.0
+        if floor_ms and floor_ms > lo_ms:
+            lo_ms, lo_why = floor_ms, _FLOOR_WHY
+    elif bound and batch_per_device:
+        lo_ms, lo_why = 1000.0 * batch_per_device / bound, (f"{batch_per_device} samples per GPU at the catalog's "
+                                                            f"plausible_max_per_gpu {bound:g} samples/s")
+    hi_rate = bound * max(world, 1) if bound and MetricKind(kind) != MetricKind.LATENCY else math.inf
+    try:
+        if set(units) == {"ms/iter"} and lo_ms < min(vals) and max(vals) <= DAY_MS:
+            return []
+        if set(units) == {"samples/s"} and max(vals) <= hi_rate:
+            return []
+    except TypeError:
+        return []  # a non-number: generic_problems names it
+    long, short, fast = [], [], []
+    for it, v, unit in zip(samples.iteration, vals, units):
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            continue
+        if unit == "ms/iter" and v > DAY_MS:
+            long.append(f"iteration {it}: {v:.6g} ms")
+        elif unit == "ms/iter" and v < lo_ms:
+            short.append(f"iteration {it}: {v:.6g} ms")
+        elif unit == "samples/s" and v > hi_rate:
+            fast.append(f"iteration {it}: {v:.6g} samples/s")
+    out = []
+    if long:
+        out.append(f"{len(long)} logged iteration(s) longer than a day ({DAY_MS:.0f} ms/iter): {_fmt_list(long)}")
+    if short:
+        out.append(f"{len(short)} logged iteration(s) below the plausible floor {lo_ms:.4g} ms/iter ({lo_why}): "
+                   f"{_fmt_list(short)}")
+    if fast:
+        out.append(f"{len(fast)} logged speed(s) above the plausible maximum {hi_rate:g} samples/s ({bound:g} per GPU "
+                   f"x {world} GPUs, catalog plausible_max_per_gpu): {_fmt_list(fast)}")
+    return out
+
+
+def _latency_floor(framework: Framework, cell, facts=None) -> float | None:
+    """The framework's per-cell latency floor (ms/iteration), if it states one."""
+    fn = getattr(framework, "latency_floor_ms", None)
+    try:
+        return fn(cell, facts) if fn is not None else None
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 def _metric_problem(metric: TrialMetric) -> str | None:
@@ -231,9 +306,14 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
     except Exception as exc:
         if not reasons:  # only worth saying when nothing else explains it
             reasons.append(f"speed rule failed: {type(exc).__name__}: {exc}")
+    bound = plausible_max_per_gpu if plausible_max_per_gpu is not None else framework.plausible_max_per_gpu
+    floor_ms = _latency_floor(framework, cell, parsed.facts)
+    world = cell.topology.world_size
+    reasons.extend(sample_bound_problems(parsed.samples, world, bound, framework.metric_kind,
+                                         cell.batch_size_per_device, floor_ms))
     if metric is not None and not reasons:
-        bound = plausible_max_per_gpu if plausible_max_per_gpu is not None else framework.plausible_max_per_gpu
-        problem = plausibility_problem(metric, cell.topology.world_size, bound) or _metric_problem(metric)
+        gbs = cell.batch_size_per_device * world
+        problem = (_metric_problem(metric) or plausibility_problem(metric, world, bound, gbs, floor_ms))
         if problem:
             reasons.append(problem)
 

@@ -44,7 +44,10 @@ from dlperf_tasks.model import Cell, MetricKind, ParsedLog, Sample, Trial, Trial
 
 _ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _ELAPSED = re.compile(r"elapsed time per iteration \(ms\)\s*:\s*([^\s|]+)\s*\|")  # the "|" proves the value is whole
-_LM_LOSS = re.compile(r"\blm loss\s*:\s*([^\s|]+)")
+_LM_LOSS = re.compile(r"\blm loss\s*:?\s*([^\s|]+)")  # 2020: 'lm loss 9.6E+00'; later 'lm loss: ...'
+_SKIPPED = re.compile(r"number of skipped iterations\s*:\s*(\d+)")
+_NAN_ITERS = re.compile(r"number of nan iterations\s*:\s*(\d+)")
+_TFLOPS = re.compile(r"\(TFLOP/s/GPU\)\s*:\s*([^\s|]+)")
 _ARG = re.compile(r" ([a-z][a-z0-9_]*) \.{3,} ([^\n]*)")
 _GBS = re.compile(r"global batch size:\s*(\d+)")
 _MEM = re.compile(r"\[Rank (\d+)\]\s*\(after (\d+) iterations\)\s*memory \(MB\)")
@@ -152,6 +155,26 @@ class MegatronGpt(Framework):
 
     plausible_max_per_gpu = 1.0  # LATENCY: the floor, ms per iteration
 
+    def latency_floor_ms(self, cell: Cell, facts=None) -> float | None:
+        """The fastest one iteration could be: the GPT training FLOPs without recomputation
+        (Narayanan et al. 2021, eq. 3 less its recompute pass and vocabulary term:
+        ``72 B s l h^2 (1 + s/6h)``) on every GPU at :data:`PEAK_FLOPS_PER_GPU`. The model comes
+        from the cell's layout, or from the log's arguments block where the cell does not state it
+        (0). None when neither does."""
+        lay = cell.layout
+        args = getattr(facts, "args", None) or {}
+
+        def pick(attr: str, arg: str) -> int:
+            v = getattr(lay, attr, 0) if lay is not None else 0
+            return v or as_int(args.get(arg)) or 0
+
+        b, s, n, h = (pick("global_batch", "global_batch_size"), pick("seq_length", "seq_length"),
+                      pick("num_layers", "num_layers"), pick("hidden_size", "hidden_size"))
+        if not (b and s and n and h):
+            return None
+        flops = 72.0 * b * s * n * h * h * (1.0 + s / (6.0 * h))
+        return 1000.0 * flops / (max(cell.topology.world_size, 1) * PEAK_FLOPS_PER_GPU)
+
     def _measured(self, parsed: ParsedLog, window: Window) -> list[Sample]:
         if not parsed.samples:
             return []
@@ -185,6 +208,9 @@ class MegatronGpt(Framework):
                            details={"final_loss": parsed.facts.final_loss} if parsed.facts.final_loss is not None else {})
 
 
+#: a per-GPU peak no GPU reaches at any precision (B300: ~15 PFLOP/s dense FP4; H100: ~1 PFLOP/s
+#: dense BF16): a Megatron iteration faster than its FLOPs at this rate is a broken log
+PEAK_FLOPS_PER_GPU = 20e15
 #: what ``memory_mib`` is: never nvidia-smi's figure (seed 002's column is ~670 MiB higher: CUDA context)
 MEMORY_SOURCE = ("log: max reserved (MB), torch caching allocator peak from the '[Rank N] memory (MB)' line; "
                  "not nvidia-smi memory.used (which adds the CUDA context)")
@@ -205,6 +231,8 @@ def layout_vs_args(facts, cell: Cell) -> list[str]:
         return out
     for arg, (attr, label) in _LAYOUT_ARGS.items():
         v = as_int(facts.args.get(arg))
+        if not getattr(lay, attr):  # the file name did not state it (0): the arguments block does
+            continue
         if v is not None and v != getattr(lay, attr):
             out.append(f"log's {label} is {v} (arguments block: {arg}), the cell's ({lay.case}) is "
                        f"{getattr(lay, attr)}")
@@ -263,6 +291,16 @@ class MegatronStream(LogStream):
         gm = _GBS.search(text)
         if gm:
             self.extra["global_batch_size"] = int(gm.group(1))
+        sm = _SKIPPED.search(text)
+        if sm and int(sm.group(1)):  # fp16 loss-scale overflow: the step ran (time, data) but was not applied
+            skipped = self.extra.setdefault("skipped_iterations", {})
+            skipped[it] = int(sm.group(1))
+        nm = _NAN_ITERS.search(text)
+        if nm and int(nm.group(1)):
+            self.nonfinite_loss(it, "number of nan iterations", nm.group(1))
+        tm = _TFLOPS.search(text)
+        if tm:
+            self.extra.setdefault("tflops_per_gpu", {})[it] = parse_float(tm.group(1))
         loss = None
         lm = _LM_LOSS.search(text)
         if lm:

@@ -10,6 +10,17 @@ DLPerf rule (``MxNet/Classification/RN50v1b/extract_mxnet_logs.py``): read the
 ``Speed`` of every ``Epoch[0] Batch[`` line (rounded to 2 decimals), average batches
 ``warmup+1 .. warmup+measure`` and round to 2 decimals.
 
+gluon-cv's single-process ``train_imagenet.py`` (and ``train_mixup_imagenet.py``,
+``train_imagenet_nasnet.py``, every version 2018-2021) logs
+``Epoch[%d] Batch [%d]\\tSpeed: %f samples/sec\\t<metric>=%f...`` with a space before ``[``,
+the batch counted **from 0** and printed when ``(i+1) % log_interval == 0``; its speed is the
+process's (= all its GPUs': batch_size x num_gpus x log_interval / time). ``train_horovod.py``
+counts from 1 (``enumerate(train_data, start=1)``). Samples are keyed by the 1-based last batch
+a line covers (``Batch [49]`` -> 50, ``Batch[50]`` -> 50). With ``log_interval`` s > 1 a line
+covers s batches: the rule averages the lines whose last batch lies in ``warmup+1 .. total``
+(with s = 1, DLPerf's rule), and needs every s-th line from the first up to ``total``.
+MXNet's Module ``Speedometer`` form ``Batch [a-b]`` (per worker under a kvstore) is not read.
+
 DLPerf ran a locally modified ``train_horovod.py`` that logs the Speed line each
 batch and stops after 120 batches (fixture README). The stop is passed as
 ``--num-batches <window.total>`` (settings ``batches_arg`` renames or, set to "",
@@ -35,7 +46,6 @@ from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.frameworks.mxnet_bert import build_mpirun
 from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 
-_SPEED = re.compile(r"Epoch\[(\d+)\] Batch\[(\d+)\]\s*Speed:\s*(\S+) samples/sec")
 _RANK = re.compile(r"Epoch\[\d+\] Rank\[(\d+)\] Batch\[")
 
 
@@ -84,23 +94,29 @@ class MxnetResnet50(Framework):
     def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
         seen = set(parsed.samples.iteration)
         if not seen:
-            return ["no 'Epoch[0] Batch[N]\\tSpeed: X samples/sec' line in the log"]
+            return ["no 'Epoch[0] Batch[N]\\tSpeed: X samples/sec' (train_horovod.py) or "
+                    "'Epoch[0] Batch [N]\\tSpeed: X samples/sec' (train_imagenet.py) line in the log"]
         bpd = parsed.facts.batch_per_device
         if bpd is not None and bpd != cell.batch_size_per_device:
             return [f"log's batch size per GPU is {bpd} (gluon-cv Namespace line), the cell's is "
                     f"{cell.batch_size_per_device}"]
-        need = range(1, window.total + 1)
+        need = _needed(seen, parsed.facts.stride, window.total)
         missing = [i for i in need if i not in seen]
         if missing:
-            have = window.total - len(missing)
-            return [f"only {have} of {window.total} iterations (last batch seen {max(seen)}; "
+            have = window.total - len(missing) * max(int(parsed.facts.stride or 1), 1)
+            return [f"only {max(have, 0)} of {window.total} iterations (last batch seen {max(seen)}; "
                     f"missing batches {fmt_list(missing)})"]
+        if not [i for i in need if i > window.warmup]:
+            return [f"no Speed line ends inside the window {window.warmup + 1}..{window.total} "
+                    f"(log_interval {parsed.facts.stride})"]
         return []
 
     def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
         samples = parsed.samples  # the first line of a batch wins (DLPerf): read backwards, earlier lines overwrite
         by_batch = dict(zip(reversed(samples.iteration), reversed(samples.value)))
-        steps = range(window.warmup + 1, window.total + 1)
+        steps = [i for i in _needed(by_batch, parsed.facts.stride, window.total) if i > window.warmup]
+        if not steps:
+            raise ValueError("mxnet_resnet50: no Speed line inside the window (run check() first)")
         missing = [i for i in steps if i not in by_batch]
         if missing:
             raise ValueError(f"mxnet_resnet50: batches {fmt_list(missing)} have no Speed line (run check() first)")
@@ -110,20 +126,28 @@ class MxnetResnet50(Framework):
     plausible_max_per_gpu = 30000.0
 
 
+def _needed(seen, stride: int | None, total: int) -> list[int]:
+    """The last batches the log's Speed lines must show up to ``total``: every batch, or every
+    ``stride``-th (``log_interval``) from the first line's."""
+    stride = max(int(stride or 1), 1)
+    first = min(seen) if stride > 1 and seen else 1
+    return list(range(first, total + 1, stride))
+
+
 class MxnetResnet50Stream(LogStream):
-    """gluon-cv ``train_horovod.py`` log: ``Epoch[0] Batch[N]\\tSpeed: X samples/sec`` lines (rank 0),
+    """gluon-cv ``train_horovod.py`` / ``train_imagenet.py`` log: ``Epoch[0] Batch[N]\\tSpeed: X samples/sec``
+    or ``Epoch[0] Batch [i]\\tSpeed: ...`` lines (rank 0),
     ``Rank[r]`` lines, and the option Namespace line (``--batch-size``)."""
 
     def scan(self, block: str) -> str:
-        parts = _FAST.split(block)  # [text, epoch, batch, speed, text, ...]
-        n = (len(parts) - 1) // 3
-        if n:
+        parts = _FAST.split(block)  # [text, epoch, space, batch, speed, text, ...]
+        if len(parts) > 1:
             if "]<std" in block or not self._bulk(parts):  # mpirun --tag-output: ranks per line
                 self._each(block)
-            block = "".join(parts[0::4])  # the rest: the crash-marker scan skips well-formed Speed lines
-        if "Speed:" in block and "Batch[" in block:
+            block = "".join(parts[0::5])  # the rest: the crash-marker scan skips well-formed Speed lines
+        if "Speed:" in block and ("Batch[" in block or "Batch [" in block):
             for start, line in self.lines_with(block, "Speed:"):
-                if "Batch[" in line:
+                if "Batch[" in line or "Batch [" in line:
                     self.fc.error(f"line near {self.line_no(block, start)}: unreadable Speed line: {line[:120]!r}")
         rest = block
         if "Rank[" in block:
@@ -138,18 +162,24 @@ class MxnetResnet50Stream(LogStream):
                                                if k in args})
                     self.fc.facts.args_source = "gluon-cv Namespace line"
                     self.fc.facts.batch_per_device = as_int(args["batch_size"])
+                    self.fc.facts.stride = as_int(args.get("log_interval")) or self.fc.facts.stride
         return rest
 
     def _bulk(self, parts: list[str]) -> bool:
         """Columns at C speed; False (nothing added) when a value needs the line-by-line path."""
-        epochs, texts = parts[1::4], parts[3::4]
+        epochs, spaces, texts = parts[1::5], parts[2::5], parts[4::5]
         try:
-            batches = list(map(int, parts[2::4]))
+            batches = list(map(int, parts[3::5]))
             vals = list(map(float, texts))
         except ValueError:
             return False
         if epochs.count("0") != len(epochs) or not (min(vals) > 0 and sum(vals) < math.inf):
             return False
+        if spaces.count(""):
+            if len(spaces) != spaces.count(""):
+                return False  # both forms in one block: line by line
+        else:  # 'Batch [i]' (train_imagenet.py): i counts from 0
+            batches = [b + 1 for b in batches]
         if not _TWO_DECIMALS.fullmatch("\n".join(texts)):  # gluon-cv prints %.2f: then round(v, 2) is v
             vals = list(map(round, vals, repeat(2, len(vals))))
         self.samples.add_columns(batches, vals, "samples/s")
@@ -161,19 +191,20 @@ class MxnetResnet50Stream(LogStream):
 
     def _each(self, block: str) -> None:
         for m in _FAST.finditer(block):
-            epoch, batch = int(m.group(1)), int(m.group(2))
+            epoch, batch = int(m.group(1)), int(m.group(3)) + len(m.group(2))  # 'Batch [i]': i counts from 0
             if epoch != 0:
                 continue
-            v = parse_float(m.group(3))
+            v = parse_float(m.group(4))
             if v is None or v <= 0:
-                self.fc.error(f"line {self.line_no(block, m.start())}: batch {batch} speed {m.group(3)!r} is not "
+                self.fc.error(f"line {self.line_no(block, m.start())}: batch {batch} speed {m.group(4)!r} is not "
                               "a positive finite number")
                 continue
             start = block.rfind("\n", 0, m.start()) + 1
             self.add(Sample(iteration=batch, value=round(v, 2), unit="samples/s", rank=self.rank_at(block, start)))
 
 
-_FAST = re.compile(r"Epoch\[(\d++)\] Batch\[(\d++)\]\s*+Speed:\s*+(\S+) samples/sec")
+#: groups: epoch, the space before ``[`` (``Batch [i]``: ``train_imagenet.py``, i from 0), batch, speed
+_FAST = re.compile(r"Epoch\[(\d++)\] Batch( ?+)\[(\d++)\]\s*+Speed:\s*+(\S+) samples/sec")
 #: speeds with at most 2 decimals, one a line (``round(float(t), 2)`` is ``float(t)`` for them:
 #: rounding costs ~0.2 us a value, a third of this parser's time per line)
 _TWO_DECIMALS = re.compile(r"\d++(?:\.\d{0,2}+)?+(?:\n\d++(?:\.\d{0,2}+)?+)*+")
