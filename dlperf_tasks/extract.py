@@ -69,7 +69,7 @@ class ExtractResult:
             "framework": self.suite.framework,
             "source": "extract",
             "log_dir": self.log_dir,
-            "window": {"warmup": self.window.warmup, "measure": self.window.measure},
+            "window": self.window.to_dict(),
         }
         meta.update(extra)
         return meta

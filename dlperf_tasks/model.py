@@ -55,10 +55,30 @@ class Window:
 
     warmup: int = 20
     measure: int = 100
+    #: the speed rule: ``timestamps`` (DLPerf's: samples over the window's wall time, from the step
+    #: lines) or ``summary`` (the framework's own final figure, e.g. DLE's ``training_sequences_per_second``
+    #: as seed 001 published it; ``measure`` is then the optimizer steps the run must complete and the
+    #: step timestamps only cross-check it). See :data:`SPEED_RULES`.
+    rule: str = "timestamps"
+
+    def __post_init__(self) -> None:
+        if self.rule not in SPEED_RULES:
+            raise ValueError(f"unknown speed rule {self.rule!r}; known: {', '.join(SPEED_RULES)}")
 
     @property
     def total(self) -> int:
         return self.warmup + self.measure
+
+    def to_dict(self) -> dict:
+        """The plan's / result's ``window`` (``rule`` only when it is not the default: older readers)."""
+        d = {"warmup": self.warmup, "measure": self.measure}
+        if self.rule != "timestamps":
+            d["rule"] = self.rule
+        return d
+
+
+#: speed rules a suite (``window.rule``) or ``dlperf extract --speed-rule`` may name
+SPEED_RULES = ("timestamps", "summary")
 
 
 @dataclass(frozen=True)
@@ -166,6 +186,9 @@ class LogFacts:
     # the framework's own throughput summary (DLE training_sequences_per_second): value + name
     framework_figure: float | None = None
     framework_figure_name: str = ""
+    #: optimizer steps skipped for an AMP loss-scale overflow: the same step number logged again with a
+    #: later timestamp and nothing in between (DLE); the work was done, so each is one more step of samples
+    skipped_steps: int = 0
 
 
 @dataclass

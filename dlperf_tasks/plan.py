@@ -203,7 +203,7 @@ class Plan:
             "model": self.model,
             "image": self.image,
             "upstream_commit": self.upstream_commit,
-            "window": {"warmup": self.window.warmup, "measure": self.window.measure},
+            "window": self.window.to_dict(),
             "timeout_s": self.timeout_s,
             "hang_timeout_s": self.hang_timeout_s,
             "overrides": self.overrides.to_dict(),
@@ -336,6 +336,7 @@ def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None,
     window = Window(
         warmup=ov.warmup_iters if ov.warmup_iters is not None else suite.window.warmup,
         measure=ov.measure_iters if ov.measure_iters is not None else suite.window.measure,
+        rule=suite.window.rule,
     )
     trials_n = ov.trials if ov.trials is not None else suite.trials
     if trials_n < 1:
@@ -384,7 +385,12 @@ def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None,
                     continue
                 for xla in xla_values:
                     for topo in topologies:
-                        for acc in suite.accumulation_steps or (None,):
+                        try:
+                            accs = suite.accumulations_for(bz, topo)
+                        except ValueError as exc:
+                            raise PlanError(f"suite {suite.id}: gradient_accumulation_steps for batch {bz} on "
+                                            f"{topo.name}: {exc}") from None
+                        for acc in accs:
                             if not ov.include_excluded and suite.excluded(bz, prec, xla, topo, acc):
                                 continue
                             cells.append(Cell(suite=suite.id, framework=suite.framework, model=suite.model,

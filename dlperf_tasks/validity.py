@@ -180,7 +180,8 @@ def repeated_iterations(parsed: ParsedLog, expected_ranks: list[int] | None = No
     if not dups:
         return []
     shown = "; ".join(d for d in dups if d)
-    return [f"iteration logged twice ({len(dups)}): {shown} (a restarted or concatenated log; rerun the trial)"]
+    return [f"iteration logged twice ({len(dups)}): {shown} (a restarted or concatenated log, or several processes printing the "
+            "same step without a rank tag; rerun the trial)"]
 
 
 def plausibility_problem(metric: TrialMetric, world: int, bound: float | None,

@@ -60,6 +60,8 @@ def check_launcher(data: dict[str, Any], filename: str, problems) -> tuple[int, 
                      f"framework {fw!r} does not take gradient accumulation as a cell parameter "
                      f"(only {', '.join(ACCUMULATION_FRAMEWORKS)})")
     for i, v in enumerate(acc):
+        if isinstance(v, str):  # global_batch:<N> (the schema checked its form)
+            continue
         if v < 1:
             problems.add(("gradient_accumulation_steps", i), f"{v} must be >= 1")
     if len(set(acc)) != len(acc):

@@ -76,7 +76,8 @@ class Suite:
     #: extra environment for cells with more than one node (e.g. NCCL_DEBUG=INFO, as the seeds' multi-node scripts)
     env_multi_node: dict[str, str] = field(default_factory=dict)
     #: gradient accumulation steps swept as a cell parameter (pytorch-bert, seed 001); empty = not a parameter
-    accumulation_steps: tuple[int, ...] = ()
+    #: an item ``"global_batch:<N>"`` is seed 001's rule: N / (batch per device x GPUs) per cell
+    accumulation_steps: tuple[int | str, ...] = ()
     #: cron of the suite's DAG (catalog/cron.py; the suites of one DAG agree); None = manual triggers only
     schedule: str | None = None
 
@@ -100,9 +101,33 @@ class Suite:
         """Default batch sizes per device for ``precision`` (falls back to ``batch_sizes``)."""
         return self.batch_sizes_by_precision.get(precision, self.batch_sizes)
 
+    def accumulations_for(self, batch_size: int, topology: Topology) -> tuple[int | None, ...]:
+        """The cell's accumulation values for one batch size and topology (``(None,)``: not a parameter).
+        Raises ValueError when a ``global_batch:<N>`` item does not divide by batch x GPUs."""
+        if not self.accumulation_steps:
+            return (None,)
+        return tuple(dict.fromkeys(resolve_accumulation(a, batch_size, topology.world_size)
+                                   for a in self.accumulation_steps))
+
     def excluded(self, batch_size: int, precision: str, xla: bool, topology: Topology,
                  accumulation: int | None = None) -> bool:
         """True when the default sweep leaves this combination out (``exclude`` rules; all given keys must match)."""
         values = {"batch_size": batch_size, "precision": precision, "xla": xla, "topology": topology.name,
                   "gradient_accumulation_steps": accumulation}
         return any(all(values.get(k) == v for k, v in rule.items()) for rule in self.exclude)
+
+
+#: ``gradient_accumulation_steps`` item naming a global batch (seed 001: ``global_batch:67584``)
+GLOBAL_BATCH_PREFIX = "global_batch:"
+
+
+def resolve_accumulation(spec: int | str, batch_size: int, world_size: int) -> int:
+    """An accumulation item for one cell: an int as it is; ``global_batch:N`` = N / (batch x world)
+    (seed 001's ``run_benchmark.sh``: ``gradient_accumulation_steps=$(expr 67584 / $batch_size / $num_gpus)``)."""
+    if isinstance(spec, int):
+        return spec
+    gbs = int(str(spec)[len(GLOBAL_BATCH_PREFIX):])
+    per_step = batch_size * world_size
+    if gbs % per_step:
+        raise ValueError(f"global batch {gbs} is not a multiple of batch {batch_size} x {world_size} GPU(s)")
+    return gbs // per_step

@@ -94,7 +94,8 @@ SUITE_SCHEMA: dict = {
             "type": "object",
             "additionalProperties": False,
             "required": ["warmup", "measure"],
-            "properties": {"warmup": {"type": "integer"}, "measure": {"type": "integer"}},
+            "properties": {"warmup": {"type": "integer"}, "measure": {"type": "integer"},
+                           "rule": {"enum": ["timestamps", "summary"]}},
         },
         "trials": {"type": "integer"},
         "batch_sizes": {
@@ -122,7 +123,9 @@ SUITE_SCHEMA: dict = {
             },
         },
         # micro-batches per optimizer step, one cell per value (pytorch-bert: seed 001's "no GradAcc" = 1)
-        "gradient_accumulation_steps": {"type": "array", "items": {"type": "integer"}, "minItems": 1},
+        # or "global_batch:<N>": N / (batch x GPUs) per cell (seed 001: global_batch:67584)
+        "gradient_accumulation_steps": {"type": "array", "minItems": 1, "items": {
+            "oneOf": [{"type": "integer"}, {"type": "string", "pattern": "^global_batch:[1-9][0-9]{0,8}$"}]}},
         "layouts": {
             "type": "array",
             "minItems": 1,

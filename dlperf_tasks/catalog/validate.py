@@ -389,7 +389,7 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
         upstream=upstream,
         launcher=dict(data.get("launcher") or {}),
         env=env,
-        window=Window(warmup=w["warmup"], measure=w["measure"]),
+        window=Window(warmup=w["warmup"], measure=w["measure"], rule=w.get("rule", "timestamps")),
         trials=data["trials"],
         batch_sizes=batch_sizes,
         precisions=tuple(precisions),

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from dlperf_tasks.errors import DlperfError, ExtractError
-from dlperf_tasks.model import Window
+from dlperf_tasks.model import SPEED_RULES, Window
 from dlperf_tasks.cli._args import non_negative_int, positive_int
 
 DESCRIPTION = """\
@@ -65,6 +66,10 @@ def register(subparsers) -> None:
     p.add_argument("--measure-iters", type=positive_int, metavar="M",
                    help="training steps measured after the warm-up (default: the suite's, DLPerf used 100); "
                         "in steps, not log lines")
+    p.add_argument("--speed-rule", choices=SPEED_RULES, default=None,
+                   help="timestamps: DLPerf's rule (samples over the window's wall time from the step lines); "
+                        "summary: the framework's own final figure (DLE's training_sequences_per_second, seed 001), "
+                        "cross-checked against the step timestamps (default: the suite's)")
     p.add_argument("--prefix", help="use only logs whose name starts with <prefix>_b<B>_ (when a tree mixes models)")
     p.add_argument("--format", choices=["full", "markdown", "dlperf", "json", "csv"], default="full",
                    help="what to print on stdout (default: full; see below)")
@@ -107,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
     window = suite.window
     if args.warmup_iters is not None or args.measure_iters is not None:
         window = Window(warmup=window.warmup if args.warmup_iters is None else args.warmup_iters,
-                        measure=window.measure if args.measure_iters is None else args.measure_iters)
+                        measure=window.measure if args.measure_iters is None else args.measure_iters, rule=window.rule)
+    if args.speed_rule is not None:
+        window = dataclasses.replace(window, rule=args.speed_rule)
     res = extract_tree(suite, args.log_dir, args.batch_size_per_device, window,
                        prefix=args.prefix, progress=None if args.quiet else sys.stderr)
     result = res.result()

@@ -96,6 +96,10 @@ class MxnetResnet50(Framework):
         if not seen:
             return ["no 'Epoch[0] Batch[N]\\tSpeed: X samples/sec' (train_horovod.py) or "
                     "'Epoch[0] Batch [N]\\tSpeed: X samples/sec' (train_imagenet.py) line in the log"]
+        kv = str(parsed.facts.args.get("kvstore") or parsed.facts.args.get("kv_store") or "").strip("'\"")
+        if "dist" in kv:
+            return [f"log's kvstore is {kv!r} (Namespace line): each worker logs its own Speed, not the "
+                    "global one the rule averages (gluon-cv train_horovod.py / single-process train_imagenet.py)"]
         bpd = parsed.facts.batch_per_device
         if bpd is not None and bpd != cell.batch_size_per_device:
             return [f"log's batch size per GPU is {bpd} (gluon-cv Namespace line), the cell's is "
@@ -139,6 +143,11 @@ class MxnetResnet50Stream(LogStream):
     or ``Epoch[0] Batch [i]\\tSpeed: ...`` lines (rank 0),
     ``Rank[r]`` lines, and the option Namespace line (``--batch-size``)."""
 
+    def __init__(self, max_lines: int | None = None) -> None:
+        super().__init__(max_lines=max_lines)
+        self._last: tuple = (None, None)  # (batch, speed) of the last Speed line added (bulk path)
+        self._last_each: tuple = (None, None, None)  # (batch, speed, rank), line-by-line path
+
     def scan(self, block: str) -> str:
         parts = _FAST.split(block)  # [text, epoch, space, batch, speed, text, ...]
         if len(parts) > 1:
@@ -156,10 +165,9 @@ class MxnetResnet50Stream(LogStream):
             rest = "".join(parts[0::2])  # the crash-marker scan skips these well-formed lines
         if "Namespace(" in block:
             for _, line in self.lines_with(block, "Namespace("):
-                args = kv_args(line[line.index("Namespace("):], ("batch_size", "dtype", "log_interval"))
+                args = kv_args(line[line.index("Namespace("):], _NAMESPACE_KEYS)
                 if "batch_size" in args:
-                    self.fc.facts.args.update({k: args[k] for k in ("batch_size", "dtype", "log_interval")
-                                               if k in args})
+                    self.fc.facts.args.update({k: args[k] for k in _NAMESPACE_KEYS if k in args})
                     self.fc.facts.args_source = "gluon-cv Namespace line"
                     self.fc.facts.batch_per_device = as_int(args["batch_size"])
                     self.fc.facts.stride = as_int(args.get("log_interval")) or self.fc.facts.stride
@@ -182,6 +190,11 @@ class MxnetResnet50Stream(LogStream):
             batches = [b + 1 for b in batches]
         if not _TWO_DECIMALS.fullmatch("\n".join(texts)):  # gluon-cv prints %.2f: then round(v, 2) is v
             vals = list(map(round, vals, repeat(2, len(vals))))
+        if len(set(batches)) < len(batches) or batches[0] == self._last[0]:
+            batches, vals = self._one_per_metric(batches, vals)
+            if not batches:
+                return True
+        self._last = (batches[-1], vals[-1])
         self.samples.add_columns(batches, vals, "samples/s")
         self.fc._iters.update(batches)
         top = max(batches)
@@ -200,9 +213,30 @@ class MxnetResnet50Stream(LogStream):
                               "a positive finite number")
                 continue
             start = block.rfind("\n", 0, m.start()) + 1
-            self.add(Sample(iteration=batch, value=round(v, 2), unit="samples/s", rank=self.rank_at(block, start)))
+            rank = self.rank_at(block, start)
+            if (batch, round(v, 2), rank) == self._last_each:
+                continue  # the same Speed again, one line per metric (MXNet Speedometer)
+            self._last_each = (batch, round(v, 2), rank)
+            self.add(Sample(iteration=batch, value=round(v, 2), unit="samples/s", rank=rank))
+
+    def _one_per_metric(self, batches: list[int], vals: list[float]) -> tuple[list[int], list[float]]:
+        """Drop a line that repeats the previous line's batch and speed: MXNet's ``Speedometer``
+        prints one line per training metric (``Train-accuracy``, ``Train-top_k_accuracy_5``) with
+        the same Speed. A batch logged again with another speed is kept (a restart or one line per
+        worker: the gate refuses it)."""
+        out_b, out_v = [], []
+        last = self._last
+        for b, v in zip(batches, vals):
+            if (b, v) != last:
+                out_b.append(b)
+                out_v.append(v)
+            last = (b, v)
+        return out_b, out_v
 
 
+#: Namespace keys read: the per-device batch, precision, Speed-line stride, and the kvstore (a
+#: ``dist_*`` kvstore means one process per worker, each logging its own speed)
+_NAMESPACE_KEYS = ("batch_size", "dtype", "log_interval", "kvstore", "kv_store")
 #: groups: epoch, the space before ``[`` (``Batch [i]``: ``train_imagenet.py``, i from 0), batch, speed
 _FAST = re.compile(r"Epoch\[(\d++)\] Batch( ?+)\[(\d++)\]\s*+Speed:\s*+(\S+) samples/sec")
 #: speeds with at most 2 decimals, one a line (``round(float(t), 2)`` is ``float(t)`` for them:

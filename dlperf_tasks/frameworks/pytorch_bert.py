@@ -60,7 +60,7 @@ def max_iter(cell: Cell, settings: Mapping) -> int:
     """Optimizer steps of one trial (``--max_steps``; seed 001's ``max_iter``, which the Paddle
     benchmark sibling scripts pass as the trainer's iteration count). Default: just enough for the
     DLPerf rule (5 skipped steps + window), because every step is ``accumulation`` micro-batches."""
-    need = cell.window.total + SKIP_STEPS
+    need = cell.window.total + (SKIP_STEPS if cell.window.rule == "timestamps" else 0)
     default = settings.get("max_steps") if settings.get("max_steps") is not None else need
     return L.integer(settings, "max_iter", default, minimum=need)
 
@@ -117,10 +117,9 @@ class PytorchBert(Framework):
         ]
         if cell.precision == "amp":
             argv.append("--fp16")
-        if acc > 1:  # DLE's phase-1 script: allreduce once per optimizer step, in fp16 with AMP
-            argv.append("--allreduce_post_accumulation")
-            if cell.precision == "amp":
-                argv.append("--allreduce_post_accumulation_fp16")
+        if acc > 1:  # DLE's scripts/run_pretraining.sh (allreduce_post_accumulation{,_fp16}="true" for every
+            # precision; seed 001's fp32 logs show both on); seed 001's "no GradAcc" runs set both false
+            argv += ["--allreduce_post_accumulation", "--allreduce_post_accumulation_fp16"]
         argv += ["--do_train", "--json-summary", workdir.rstrip("/") + "/dllogger.json"]
         argv += L.str_list(settings, "extra_args")
         base_env = {"NCCL_DEBUG": "INFO"} if topo.nodes > 1 else {}
@@ -142,6 +141,8 @@ class PytorchBert(Framework):
     plausible_max_per_gpu = 20000.0
 
     def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
+        if window.rule == "summary":
+            return summary_problems(parsed, cell, window)
         if window.warmup < 1:
             return [f"window warmup must be >= 1 for the timestamp rule (got {window.warmup})"]
         if not parsed.samples:
@@ -151,6 +152,8 @@ class PytorchBert(Framework):
                                          after=f" after the first {SKIP_STEPS} steps")
 
     def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
+        if window.rule == "summary":
+            return summary_metric(parsed, cell)
         if window.warmup < 1:
             raise ValueError("pytorch_bert: window warmup must be >= 1 (run check() first)")
         start, end = step_window(parsed.samples, parsed.facts.stride, window.warmup, window.total, SKIP_STEPS)
@@ -162,6 +165,74 @@ class PytorchBert(Framework):
         per_step = samples_per_step(parsed.facts, cell)
         value = round2(per_step * (end.iteration - start.iteration) / dt)
         return TrialMetric(value=value, details=framework_figure_details(parsed.facts, value, per_step))
+
+
+#: seed 001's rule cross-checks DLE's summary against the step timestamps: beyond this, the trial is invalid
+SUMMARY_TOLERANCE = 0.05
+#: step lines needed for the cross-check (the first one ends a step that includes the start-up)
+CROSS_CHECK_LINES = 3
+
+
+def timestamp_figure(parsed: ParsedLog, cell: Cell) -> float | None:
+    """Samples/s from the step lines' timestamps (first to last line, skipped steps included as work),
+    None with fewer than :data:`CROSS_CHECK_LINES` lines, no elapsed time, or when the log does not state
+    its gradient accumulation (an excerpt without the ``PARAMETER Config`` line: the samples per step
+    would be a guess, so the figures cannot be compared)."""
+    s = parsed.samples
+    if len(s) < CROSS_CHECK_LINES or parsed.facts.accumulation is None:
+        return None
+    first, last = s[0], s[len(s) - 1]
+    dt = last.value - first.value
+    if not dt > 0:
+        return None
+    return samples_per_step(parsed.facts, cell) * (last.iteration - first.iteration) / dt
+
+
+def summary_problems(parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
+    """``check()`` under seed 001's rule: DLE's summary line is there, the run did ``window.measure``
+    optimizer steps, the run's arguments agree with the cell, and the step timestamps agree with the
+    summary within :data:`SUMMARY_TOLERANCE`."""
+    facts = parsed.facts
+    out = args_vs_cell(facts, cell)
+    if not parsed.samples:
+        return out + ["no 'DLL ... Training Epoch: E Training Iteration: N' line in the log"]
+    fig = facts.framework_figure
+    if fig is None:
+        out.append("no DLE summary line 'training_sequences_per_second : X' (the run did not finish; the "
+                   "summary rule needs it; --speed-rule timestamps reads the step lines instead)")
+        return out
+    steps_done = max(parsed.samples.iteration) - facts.skipped_steps * max(int(facts.stride or 1), 1)
+    if steps_done < window.measure:
+        out.append(f"the log ends at optimizer step {steps_done}, the rule needs {window.measure}")
+    ts = timestamp_figure(parsed, cell)
+    if ts is not None and math.isfinite(fig) and fig > 0:
+        diff = (fig - ts) / ts
+        if abs(diff) > SUMMARY_TOLERANCE:
+            out.append(f"DLE training_sequences_per_second {fig:.2f} and the step timestamps' {ts:.2f} samples/s "
+                       f"differ by {diff * 100:+.1f}% (more than {SUMMARY_TOLERANCE * 100:.0f}%)")
+    return out
+
+
+def summary_metric(parsed: ParsedLog, cell: Cell) -> TrialMetric:
+    """Seed 001's figure: DLE's own ``training_sequences_per_second`` (total sequences / raw_train_time),
+    rounded to 2 decimals; the timestamps' figure and the skipped steps beside it."""
+    fig = parsed.facts.framework_figure
+    if fig is None:
+        raise ValueError("pytorch_bert: no training_sequences_per_second line (run check() first)")
+    details: dict = {"rule": "summary", "samples_per_step": samples_per_step(parsed.facts, cell),
+                     "framework_figure_name": parsed.facts.framework_figure_name}
+    ts = timestamp_figure(parsed, cell)
+    if ts is not None:
+        details["timestamp_figure"] = round2(ts)
+    else:
+        details["flags"] = ["DLE's figure not cross-checked: " + (
+            "the log states no gradient accumulation (no PARAMETER Config line)"
+            if parsed.facts.accumulation is None else f"fewer than {CROSS_CHECK_LINES} step lines")]
+    if parsed.facts.skipped_steps:
+        details["skipped_steps"] = parsed.facts.skipped_steps
+    if parsed.facts.final_loss is not None:
+        details["final_loss"] = parsed.facts.final_loss
+    return TrialMetric(value=round2(fig), details=details)
 
 
 def cell_accumulation(cell: Cell) -> int | None:
@@ -213,15 +284,41 @@ DISAGREE = 0.02
 
 
 class PytorchBertStream(LogStream):
-    """DLE ``run_pretraining.py`` log: DLL step lines, the Config/PARAMETER lines, the final summary."""
+    """DLE ``run_pretraining.py`` log: DLL step lines, the Config/PARAMETER lines, the final summary.
+
+    A step number logged again right after itself with a later timestamp is an optimizer step that AMP
+    skipped for a loss-scale overflow (DLE logs ``global_step``, which a skipped step does not advance;
+    seed 001's fp16 logs print ``Training Iteration: 0`` five times): the micro-batches were computed, so
+    it counts as one more step of work. Samples are numbered by steps done (the log's step + the skips
+    so far, in ``stride`` units); :attr:`LogFacts.skipped_steps` counts them. A step number going back
+    after progress, or a second ``PARAMETER Config`` banner, is a restarted or concatenated log: the
+    numbers repeat (the gate refuses them) or the banner is an error.
+
+    Newer DLE (e.g. PaddlePaddle/Perf's 2023 logs) prints a running ``skipped_steps : N`` on every step line
+    and may log a lower step number while it skips: there every step line is one optimizer step of work and
+    samples are numbered by line (first step + lines so far x stride); ``skipped_steps`` is the last count."""
+
+    _ordinal = False  # the log prints skipped_steps: number samples by step line
+    _first_step: int | None = None
+    _lines_seen = 0
+    _last_step: int | None = None  # the log's own step number of the last step line
+    _last_ts: float = -math.inf
+    _offset = 0  # skipped steps so far, in iteration units
+    _banners = 0
 
     def scan(self, block: str) -> str:
         parts = _DLL_FAST.split(block)  # [text, 10 groups, text, 10 groups, ...]: columns at C speed
         n = (len(parts) - 1) // 11
-        if n and not self._bulk(parts):  # rows (tuples) only when the columns need a closer look
+        if n and not self._ordinal and "skipped_steps : " in block:
+            self._ordinal = True
+        if n and (self._ordinal or not self._bulk(parts)):  # rows (tuples) only when the columns need a closer look
             self._steps(list(zip(*(parts[i::11] for i in range(1, 11)))))
         if n != block.count("Training Epoch: "):
             self._slow(block)
+        if self._ordinal:
+            counts = _SKIPPED.findall(block)
+            if counts:
+                self.fc.facts.skipped_steps = int(counts[-1])
         if "PARAMETER" in block:
             for _, line in self.lines_with(block, "PARAMETER"):
                 self._parameter(line)
@@ -255,7 +352,12 @@ class PytorchBertStream(LogStream):
             return False  # several dates, a line without a loss: row by row
         try:
             day = _day_seconds(ys[0], mos[0], ds[0])
-            steps = list(map(int, parts[8::11]))
+            raw = list(map(int, parts[8::11]))
+            if (self._last_step is not None and raw[0] <= self._last_step) or any(
+                    b <= a for a, b in zip(raw, raw[1:])):
+                return False  # a repeated or backward step: row by row (skipped step or restart)
+            off = self._offset
+            steps = [s + off for s in raw] if off else raw
             losses = list(map(float, losses_s))
             ts = clock_seconds(day, parts[4::11], parts[5::11], parts[6::11])
         except ValueError:
@@ -263,6 +365,7 @@ class PytorchBertStream(LogStream):
         if not -math.inf < sum(losses) < math.inf:
             return False
         self.samples.add_columns(steps, ts, "s", rank=[0] * n, timestamp=ts, loss=losses)
+        self._last_step, self._last_ts = raw[-1], ts[-1]
         self.fc._iters.update(steps)
         self.fc._ranks.add(0)
         self.fc.facts.final_loss = losses[-1]
@@ -285,7 +388,17 @@ class PytorchBertStream(LogStream):
                     self.fc.error(f"invalid date {y}-{mo}-{d} in a DLL line")
                     continue
             ts = day + int(h) * 3600 + int(mi) * 60 + float(secs)
-            step = int(step_s)
+            raw = int(step_s)
+            if self._ordinal:  # one step line = one optimizer step of work, whatever number it prints
+                if self._first_step is None:
+                    self._first_step = raw
+                raw = self._first_step + self._lines_seen * max(int(self.fc.facts.stride or 1), 1)
+                self._lines_seen += 1
+            elif raw == self._last_step and ts > self._last_ts:  # an overflow-skipped optimizer step
+                self._offset += max(int(self.fc.facts.stride or 1), 1)
+                self.fc.facts.skipped_steps += 1
+            self._last_step, self._last_ts = raw, ts
+            step = raw + self._offset
             loss = None
             if name:
                 loss = float(loss_s) if _NUM.match(loss_s) else self.loss(step, name, loss_s)
@@ -308,6 +421,10 @@ class PytorchBertStream(LogStream):
     def _parameter(self, line: str) -> None:
         f = self.fc.facts
         if "Config" in line and "Namespace(" in line:
+            self._banners += 1
+            if self._banners == 2:
+                self.fc.error("a second 'PARAMETER Config' start-up banner: a restarted or concatenated log "
+                              "(rerun the trial)")
             args = kv_args(line[line.index("Namespace("):], ("train_batch_size", "gradient_accumulation_steps",
                                                               "log_freq", "max_steps", "bert_model", "config_file"))
             keep = dict(args)
@@ -337,6 +454,7 @@ _DLL_FAST = re.compile(
 #: a plain finite decimal (anything else: nan, inf, garbage goes through LogStream.loss)
 _NUM = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\Z")
 _FINAL_LOSS = re.compile(r"\bfinal_loss : (\S+)")
+_SKIPPED = re.compile(r"\bskipped_steps : (\d+)")
 _SUMMARY = re.compile(r"training_sequences_per_second : (\S+)")
 _BATCH_PER_GPU = re.compile(r"PARAMETER batch_size_per_gpu : (\d+)")
 _NPROC = re.compile(r"--nproc[_-]per[_-]node[= ](\d+)")

@@ -63,7 +63,7 @@ def test_accumulation_cells_from_names_stay_apart_and_are_checked_against_the_lo
     W.write(tmp_path / "1n1g" / "bert_b96_fp16_ga32_1.log", W.dle(list(range(1, 131)), 96 * 32 / 500.0, acc=32))
     W.write(tmp_path / "1n1g" / "bert_b96_fp16_ga1_1.log", W.dle(list(range(1, 131)), 96 / 400.0, acc=1))
     W.write(tmp_path / "1n1g" / "bert_b96_fp16_ga1_2.log", W.dle(list(range(1, 131)), 96 / 400.0, acc=4))
-    res = extract_tree(load_suite("pytorch-bert"), tmp_path)
+    res = extract_tree(load_suite("pytorch-bert"), tmp_path, window=Window(20, 100))  # DLPerf's timestamp rule
     by = {(t.trial.cell.accumulation, t.trial.index): t for t in res.trials}
     assert by[(32, 1)].metric.value == pytest.approx(500.0, abs=0.02) and by[(32, 1)].valid
     assert by[(1, 1)].metric.value == pytest.approx(400.0, abs=0.02) and by[(1, 1)].valid

@@ -11,8 +11,8 @@ from dlperf_tasks.report.index_files import write_index_files
 from dlperf_tasks.report.result_json import build_result
 from dlperf_tasks.stats import aggregate
 
-SPEEDS = {"bz32/fp32/ga32/1n1g": [127.09, 127.1, 127.0], "bz32/fp32/ga32/1n8g": [1018.4, 1018.0, 1019.0],
-          "bz32/fp32/ga32/4n8g": [3900.0, 3901.0, 3899.0], "bz32/fp32/ga1/4n8g": [3000.0, 3001.0, 2999.0]}
+SPEEDS = {"bz32/fp32/ga2112/1n1g": [127.09, 127.1, 127.0], "bz32/fp32/ga264/1n8g": [1018.4, 1018.0, 1019.0],
+          "bz32/fp32/ga66/4n8g": [3900.0, 3901.0, 3899.0], "bz32/fp32/ga1/4n8g": [3000.0, 3001.0, 2999.0]}
 
 
 def _result():
@@ -39,8 +39,8 @@ def test_index_files_names_and_fields_follow_seed_001(tmp_path):
     assert one["run_mode"] == "sp" and one["gpu_num"] == 1 and one["batch_size"] == 32 and one["fp_item"] == "fp32"
     assert one["FINAL_RESULT"] == 127.09 and one["UNIT"] == "sequences/s" and one["JOB_FAIL_FLAG"] == 0
     assert one["frame_version"] == "1.6.0a0+9907a3e" and one["frame_commit"].startswith("5cc03caa")
-    assert one["gradient_accumulation_steps"] == 32 and one["direction_id"] == 1
-    assert one["log_file"].endswith("_b32_fp32_ga32_1.log")
+    assert one["gradient_accumulation_steps"] == 2112 and one["direction_id"] == 1  # 67584 / (32 x 1)
+    assert one["log_file"].endswith("_b32_fp32_ga2112_1.log")
     no_acc = json.loads((tmp_path / "logs/index/bert_base_without_gradacc_mp_bs32_fp32_32_speed").read_text())
     assert no_acc["gradient_accumulation_steps"] == 1 and no_acc["FINAL_RESULT"] == 3000.5
     assert no_acc["n_valid"] == 2 and no_acc["n_invalid"] == 1 and no_acc["run_mode"] == "mp"

@@ -34,7 +34,7 @@ def test_pytorch_bert_ships_and_uses_the_base_config():
     assert list(files) == ["bert_config_base.json"]
     cfg = json.loads(files["bert_config_base.json"])
     assert {k: cfg[k] for k in BERT_DIMS["bert-base"]} == BERT_DIMS["bert-base"]
-    _, argv = _argv(suite, "bz32/fp32/ga32/1n1g")
+    _, argv = _argv(suite, "bz32/fp32/ga2112/1n1g")
     assert f"--config_file={CONTAINER_DIR}/bert_config_base.json" in argv
     assert not any(a.endswith("/workspace/bert/bert_config.json") for a in argv)
     assert any(m.endswith(":/dlperf/catalog:ro") for m in suite.container.mounts)
@@ -58,12 +58,16 @@ def test_seed001_accumulation_is_a_cell_parameter_and_no_gradacc_only_on_32_gpus
     by_topo = {}
     for c in p.cells:
         by_topo.setdefault(c.topology.name, set()).add(c.accumulation)
-    assert by_topo == {"1n1g": {32}, "1n8g": {32}, "4n8g": {32, 1}}
+    # seed 001 (PaddlePaddle/Perf a26f150, run_benchmark.sh): accumulation = 67584 / (batch x GPUs)
+    assert by_topo == {"1n1g": {2112, 1408, 1056, 704}, "1n8g": {264, 176, 132, 88}, "4n8g": {66, 44, 33, 22, 1}}
+    for c in p.cells:
+        if c.accumulation != 1:
+            assert c.accumulation * c.batch_size_per_device * c.topology.world_size == 67584
     ids = [c.id for c in p.cells]
-    assert "pytorch-bert/bz96/fp16/ga1/4n8g" in ids and "pytorch-bert/bz96/fp16/ga32/4n8g" in ids
+    assert "pytorch-bert/bz96/fp16/ga1/4n8g" in ids and "pytorch-bert/bz96/fp16/ga22/4n8g" in ids
     # the "no GradAcc" cells are compared with nothing measured with accumulation
     c1 = next(c for c in p.cells if c.id.endswith("bz96/fp16/ga1/4n8g"))
-    c32 = next(c for c in p.cells if c.id.endswith("bz96/fp16/ga32/1n1g"))
+    c32 = next(c for c in p.cells if c.id.endswith("bz96/fp16/ga704/1n1g"))
     assert c1.baseline_key != c32.baseline_key
     logs = {pt.log_paths[0] for pt in p.trials}
     assert len(logs) == len(p.trials)
@@ -72,11 +76,15 @@ def test_seed001_accumulation_is_a_cell_parameter_and_no_gradacc_only_on_32_gpus
 
 def test_seed001_launch_dle_phase1_with_lamb_and_accumulation():
     suite = load_suite("pytorch-bert")
-    t, argv = _argv(suite, "bz96/fp16/ga32/4n8g", node_rank=3)
-    # DLE divides --train_batch_size by the accumulation: micro-batch = the cell's 96
-    assert "--train_batch_size=3072" in argv and "--gradient_accumulation_steps=32" in argv
+    t, argv = _argv(suite, "bz96/fp16/ga22/4n8g", node_rank=3)
+    # DLE divides --train_batch_size by the accumulation: micro-batch = the cell's 96 (67584 / 32 GPUs)
+    assert "--train_batch_size=2112" in argv and "--gradient_accumulation_steps=22" in argv
     assert "--allreduce_post_accumulation" in argv and "--allreduce_post_accumulation_fp16" in argv
-    assert "--max_steps=125" in argv  # max_iter = optimizer steps: 5 skipped + window 20/100
+    assert "--max_steps=4" in argv  # seed 001's logs: max_steps=4.0 (summary rule: no skipped head)
+    # DLE's run_pretraining.sh passes both allreduce flags for every precision (seed 001's fp32 logs show them)
+    _, argv32 = _argv(suite, "bz32/fp32/ga264/1n8g")
+    assert "--allreduce_post_accumulation" in argv32 and "--allreduce_post_accumulation_fp16" in argv32
+    assert "--fp16" not in argv32
     _, argv1 = _argv(suite, "bz96/fp16/ga1/4n8g")
     assert "--train_batch_size=96" in argv1 and "--gradient_accumulation_steps=1" in argv1
     assert "--allreduce_post_accumulation" not in argv1
@@ -93,7 +101,7 @@ def test_max_iter_and_optimizer_are_catalog_fields(tmp_path):
     (tmp_path / "pytorch-bert.yaml").write_text(text)
     suite = load_file(tmp_path / "pytorch-bert.yaml")
     assert suite.launch_metadata()["optimizer"] == "adam"
-    _, argv = _argv(suite, "bz32/fp32/ga32/1n1g")
+    _, argv = _argv(suite, "bz32/fp32/ga2112/1n1g")
     assert "--max_steps=500" in argv
 
 
