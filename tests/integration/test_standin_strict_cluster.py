@@ -63,17 +63,18 @@ def test_every_suite_is_valid_with_the_strict_standin(sim_cluster_env, tmp_path)
     res = sweep(sim, pt, {"precisions": "amp", "batch_sizes": "64", "topologies": "1n1g,4n8g"}, tmp_path)
     assert not reasons(res), reasons(res)
     cells = {c["cell_id"].split("/", 1)[1]: c for c in res.result["cells"]}
-    assert set(cells) == {"bz64/fp16/ga32/1n1g", "bz64/fp16/ga32/4n8g", "bz64/fp16/ga1/4n8g"}
-    assert cells["bz64/fp16/ga32/1n1g"]["median_speed"] == 511.13
+    # seed 001's method: accumulation = 67584 / (64 x GPUs); the speed is DLE's training_sequences_per_second
+    assert set(cells) == {"bz64/fp16/ga1056/1n1g", "bz64/fp16/ga33/4n8g", "bz64/fp16/ga1/4n8g"}
+    assert cells["bz64/fp16/ga1056/1n1g"]["median_speed"] == 511.13
     assert cells["bz64/fp16/ga1/4n8g"]["median_speed"] == 15000.5
     launch = res.result["run"]["launch"]  # the model config and method, recorded in the result
     assert launch["bert_config"]["model"] == "bert-base" and launch["bert_config"]["hidden_size"] == 768
-    assert launch["optimizer"] == "lamb" and launch["gradient_accumulation_steps"] == [32, 1]
+    assert launch["optimizer"] == "lamb" and launch["gradient_accumulation_steps"] == ["global_batch:67584", 1]
     index = sorted(p.name for p in (res.out_dir / "logs" / "index").iterdir())
     assert index == ["bert_base_mp_bs64_fp16_32_speed", "bert_base_sp_bs64_fp16_1_speed",
                      "bert_base_without_gradacc_mp_bs64_fp16_32_speed"]
-    log = (res.out_dir / cells["bz64/fp16/ga32/4n8g"]["trials"][0]["log"]).read_text(errors="replace")
-    assert "config_file='/dlperf/catalog/bert_config_base.json'" in log and "gradient_accumulation_steps=32" in log
+    log = (res.out_dir / cells["bz64/fp16/ga33/4n8g"]["trials"][0]["log"]).read_text(errors="replace")
+    assert "config_file='/dlperf/catalog/bert_config_base.json'" in log and "gradient_accumulation_steps=33" in log
     assert "NCCL INFO Bootstrap : Using [0]" in log and "NCCL INFO Using network" in log
 
     mx = suite_file(tmp_path, "mxnet-bert", "strict", {"DLPERF_STANDIN_SPEED_PER_GPU": "120.5"})
