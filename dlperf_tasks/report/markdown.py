@@ -87,20 +87,36 @@ def throughput_table(cells: list[Mapping[str, Any]], style: str = "dlperf") -> s
 
 
 def latency_table(cells: list[Mapping[str, Any]]) -> str:
-    """Seed 002 layout, grouped by parallel group (DP / MP / 2D / PP)."""
-    lines = ["group | case | latency | memory", "-- | -- | -- | --"]
+    """Seed 002 layout, grouped by parallel group (DP / MP / 2D / PP). Seed 002's memory column is
+    nvidia-smi's per-GPU MiB: with GPU telemetry (``gpu_memory_mib``) that is the memory column and
+    the log's allocator figure (``memory_mib``, Megatron's ``max reserved``) stands beside it; without
+    telemetry the one memory column is the allocator's (:func:`memory_note` says which)."""
+    smi = any(c.get("gpu_memory_mib") is not None for c in cells)
+    head = (["group | case | latency | memory (nvidia-smi) | allocator (log)", "-- | -- | -- | -- | --"] if smi
+            else ["group | case | latency | memory", "-- | -- | -- | --"])
+    lines = list(head)
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for c in cells:
         groups.setdefault(c.get("layout_group") or "-", []).append(c)
     for group, members in groups.items():
-        lines.append(f"{group} |  |  | ")
+        lines.append(f"{group} |  |  | " + (" | " if smi else ""))
         for c in members:
             lat = c.get("median_speed")
-            mem = c.get("memory_mib")
             lat_s = f"{_py(lat)} (ms)" if lat is not None else "n/a"
-            mem_s = f"{mem:.0f} (MiB)" if mem is not None else "n/a"
+            mems = [c.get("gpu_memory_mib"), c.get("memory_mib")] if smi else [c.get("memory_mib")]
+            mem_s = " | ".join(f"{m:.0f} (MiB)" if m is not None else "n/a" for m in mems)
             lines.append(f" -- | {c.get('layout_case') or c['topology']} | {lat_s} | {mem_s}")
     return "\n".join(lines)
+
+
+def memory_note(cells: list[Mapping[str, Any]]) -> str:
+    """One line saying what the latency table's memory figures are."""
+    if any(c.get("gpu_memory_mib") is not None for c in cells):
+        return ("memory (nvidia-smi): the largest per-GPU `memory.used` the GPU telemetry sampled over the cell's "
+                "valid trials, seed 002's column; allocator (log): the framework's own peak (Megatron's "
+                "`max reserved`, torch caching allocator), which leaves out the CUDA context.")
+    return ("memory: the framework's own allocator peak from the log (Megatron's `max reserved`); no GPU "
+            "telemetry in this run, so not nvidia-smi's figure (seed 002's column adds the CUDA context).")
 
 
 def _config_groups(cells: list[Mapping[str, Any]]) -> dict[tuple, list[Mapping[str, Any]]]:
@@ -204,7 +220,7 @@ def render_markdown(result: Mapping[str, Any], *, full: bool = True, trials: boo
                 "batch size) has no valid trial.", ""]
     latency = [c for c in cells if c.get("metric_kind") == "latency"]
     if latency:
-        out += ["### latency and memory per case", "", latency_table(latency), ""]
+        out += ["### latency and memory per case", "", latency_table(latency), "", memory_note(latency), ""]
 
     if trials:
         out += ["## Per-trial speeds", ""]
@@ -247,7 +263,9 @@ def render_dlperf_text(result: Mapping[str, Any]) -> str:
     for c in result.get("cells", []):
         if c.get("metric_kind") == "latency":
             lat = c.get("median_speed")
-            mem = c.get("memory_mib")
-            lines.append(f"{c.get('layout_case') or c['topology']}: latency {_py(lat)} ms, memory "
-                         f"{'n/a' if mem is None else f'{mem:.0f}'} MiB")
+            mem, smi = c.get("memory_mib"), c.get("gpu_memory_mib")
+            alloc = f"{'n/a' if mem is None else f'{mem:.0f}'} MiB"
+            memory = (f"memory {smi:.0f} MiB (nvidia-smi), allocator {alloc}" if smi is not None
+                      else f"memory {alloc}")
+            lines.append(f"{c.get('layout_case') or c['topology']}: latency {_py(lat)} ms, {memory}")
     return "\n".join(lines + invalid) + "\n"
