@@ -5,6 +5,11 @@ with ``--tag-output``)::
 
     INFO:root:[step 101]\\tmlm_loss=7.38695\\tnsp_loss= 0.72\\tthroughput=16.0K tks/s\\tlr=0.0000505 time=0.24, latency=240.6 ms/batch
 
+Other versions of ``run_pretraining.py`` (2019-2020) add ``mlm_acc``/``nsp_acc``, print
+``latency=... ms/step``, or print no ``latency=`` at all: then the latency is
+``time`` (seconds over ``log_interval`` steps, ``{:.2f}``) x 1000 / ``log_interval`` from the
+Namespace line (refused, with the reason, when there is none).
+
 DLPerf rule (``MxNet/BERT/extract_mxnet_logs.py``): per line speed =
 1000 / latency x batch_per_device x world (a global samples/s value); per step the
 median over the ranks; the trial speed is the mean of steps ``warmup+1 ..
@@ -41,7 +46,9 @@ from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Wind
 from dlperf_tasks.samples import LazyFloats
 
 _STEP = re.compile(r"\[step (\d+)\]")
-_LATENCY = re.compile(r"latency=\s*(\S+?)\s*ms/batch")
+_LATENCY = re.compile(r"latency=\s*(\S+?)\s*ms/(?:batch|step)")
+#: ``time={:.2f}`` (seconds over ``log_interval`` steps) of the versions that print no ``latency=``
+_TIME = re.compile(r"\btime=\s*([^\s,]+)")
 
 #: environment variables every rank needs (DLPerf: -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH)
 MPI_EXPORTS = ("NCCL_DEBUG", "LD_LIBRARY_PATH", "PATH")
@@ -210,14 +217,14 @@ class MxnetBertStream(LogStream):
 
     def scan(self, block: str) -> str | None:
         tagged = "]<std" in block  # mpirun --tag-output prefixes: look up ranks only then
+        if "Namespace(" in block:  # first: its log_interval turns a 'time=' into ms per step below
+            for _, line in self.lines_with(block, "Namespace("):
+                self._namespace(line)
         rest = None if tagged else self._bulk(block)
         if rest is None:
             hits = self._each(block, tagged)
             if hits != block.count("throughput="):
                 self._slow(block, {m.start() for m in _FAST.finditer(block)})
-        if "Namespace(" in block:
-            for _, line in self.lines_with(block, "Namespace("):
-                self._namespace(line)
         return rest
 
     def _bulk(self, block: str) -> str | None:
@@ -302,11 +309,15 @@ class MxnetBertStream(LogStream):
                 self.fc.error(f"{where}: iteration line without a step number: {text[:120]!r}")
                 continue
             step = int(m.group(1))
-            lm = _LATENCY.search(text)
-            if not lm:
-                self.fc.error(f"{where}: step {step} line has no 'latency=... ms/batch': {text[:120]!r}")
+            lm = _LATENCY.search(text) or _TIME.search(text)
+            interval = self.fc.facts.stride
+            if not lm or (lm.re is _TIME and not interval):
+                why = " and no Namespace log_interval to turn its 'time=' into ms per step" if lm else ""
+                self.fc.error(f"{where}: step {step} line has no 'latency=... ms/batch'{why}: {text[:120]!r}")
                 continue
             lat = parse_float(lm.group(1))
+            if lat is not None and lm.re is _TIME:  # seconds over log_interval steps (gluon-nlp without latency=)
+                lat = lat * 1000.0 / interval
             if lat is None or lat <= 0:
                 self.fc.error(f"{where}: step {step} latency {lm.group(1)!r} is not a positive finite number")
                 continue
