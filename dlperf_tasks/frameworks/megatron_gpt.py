@@ -159,14 +159,13 @@ class MegatronGpt(Framework):
         """The fastest one iteration could be: the GPT training FLOPs without recomputation
         (Narayanan et al. 2021, eq. 3 less its recompute pass and vocabulary term:
         ``72 B s l h^2 (1 + s/6h)``) on every GPU at :data:`PEAK_FLOPS_PER_GPU`. The model comes
-        from the cell's layout, or from the log's arguments block where the cell does not state it
-        (0). None when neither does."""
+        from the log's arguments block (what ran), else from the cell's layout where it states it
+        (not 0). None when neither does."""
         lay = cell.layout
         args = getattr(facts, "args", None) or {}
 
         def pick(attr: str, arg: str) -> int:
-            v = getattr(lay, attr, 0) if lay is not None else 0
-            return v or as_int(args.get(arg)) or 0
+            return as_int(args.get(arg)) or (getattr(lay, attr, 0) if lay is not None else 0) or 0
 
         b, s, n, h = (pick("global_batch", "global_batch_size"), pick("seq_length", "seq_length"),
                       pick("num_layers", "num_layers"), pick("hidden_size", "hidden_size"))
