@@ -29,17 +29,18 @@ import datetime as _dt
 import functools
 from typing import Any, Callable
 
-from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Asset, task, teardown
 
 from dlperf_tasks.airflow import params as params_mod
 from dlperf_tasks.airflow import settings as settings_mod
 from dlperf_tasks.airflow import tasks
 from dlperf_tasks.airflow import notifier
-from dlperf_tasks.airflow.operators import TrialOperator
-from dlperf_tasks import abdag, dagdecisions
-from dlperf_tasks.engine import finish, setup
-from dlperf_tasks.store import staging
+from dlperf_tasks.airflow.operators import ConfirmTriggerOperator, TrialOperator
+from dlperf_tasks.airflow.lazy import lazy_module
+# the layers below run inside the tasks only: lazy modules keep them out of every DAG parse (issue 28.4)
+abdag, dagdecisions = lazy_module("dlperf_tasks.abdag"), lazy_module("dlperf_tasks.dagdecisions")
+finish, setup = lazy_module("dlperf_tasks.engine.finish"), lazy_module("dlperf_tasks.engine.setup")
+staging = lazy_module("dlperf_tasks.store.staging")
 
 START = _dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc)
 DAG_PREFIX = "dlperf_"
@@ -317,10 +318,8 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
             return out
 
         # a confirmation run never gets here (its publish step skips), so it cannot trigger another
-        TriggerDagRunOperator.partial(
-            task_id="confirm_trigger", trigger_dag_id=f"{DAG_PREFIX}{name}", skip_when_already_exists=True,
-            openlineage_inject_parent_info=False,
-        ).expand_kwargs(confirm_plan_task(planned["plan"], published))
+        ConfirmTriggerOperator.partial(task_id="confirm_trigger", trigger_dag_id=f"{DAG_PREFIX}{name}").expand_kwargs(
+            confirm_plan_task(planned["plan"], published))
     return dag
 
 

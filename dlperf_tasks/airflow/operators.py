@@ -153,3 +153,27 @@ class _mapped_errors:
         if issubclass(typ, (tasks.NonRetriable, ValueError, KeyError)):
             raise AirflowFailException(str(exc)) from None
         return False
+
+
+class ConfirmTriggerOperator(BaseOperator):
+    """Starts one run of ``trigger_dag_id`` with ``conf`` under ``trigger_run_id`` (the A/B confirmation
+    runs ``confirm_plan`` lists). It raises the task SDK's ``DagRunTriggerException``, which the task
+    runner turns into the run, as the standard provider's TriggerDagRunOperator does on Airflow 3; that
+    operator's module imports the ORM (dagrun, trigger_dag: ~0.25 s), which DAG files must not pay at
+    every parse. A run id that already exists is skipped (a retried task does not fail on its own run)."""
+
+    template_fields = ("trigger_dag_id", "trigger_run_id", "conf")
+
+    def __init__(self, *, trigger_dag_id: str, trigger_run_id: str, conf: dict | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.trigger_dag_id = trigger_dag_id
+        self.trigger_run_id = trigger_run_id
+        self.conf = conf
+
+    def execute(self, context: Any) -> None:
+        from airflow.sdk.exceptions import DagRunTriggerException
+
+        raise DagRunTriggerException(
+            trigger_dag_id=self.trigger_dag_id, dag_run_id=str(self.trigger_run_id), conf=dict(self.conf or {}),
+            logical_date=None, reset_dag_run=False, skip_when_already_exists=True, wait_for_completion=False,
+            allowed_states=["success"], failed_states=["failed"], poke_interval=60, deferrable=False)

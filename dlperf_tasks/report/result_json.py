@@ -29,7 +29,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import jsonschema
 
 from dlperf_tasks.errors import DlperfError
 from dlperf_tasks.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
@@ -309,6 +308,8 @@ def validate(result: Mapping[str, Any], where: str = "result") -> None:
     if version != SCHEMA_VERSION:
         raise ResultFormatError(
             f"{where}: unsupported schema_version {version!r} (this dlperf reads schema_version {SCHEMA_VERSION})")
+    import jsonschema  # ~80 ms to import: only commands that write or read a result file pay it (issue 28.2)
+
     try:
         jsonschema.validate(result, SCHEMA)
     except jsonschema.ValidationError as exc:
