@@ -264,7 +264,10 @@ class Plan:
             rows.append(row)
         lines = [f"suite {self.suite} (framework {self.framework}, model {self.model}, "
                  f"image {self.image or 'host runtime'})",
-                 f"window: drop {self.window.warmup} iterations, measure {self.window.measure}; "
+                 (f"window: drop {self.window.warmup} iterations, measure {self.window.measure}; "
+                  if self.window.rule == "timestamps" else
+                  f"speed: the framework's own summary figure after {self.window.measure} steps, cross-checked "
+                  "against the step timestamps; ") +
                  f"timeout {self.timeout_s}s per trial, hang watchdog {self.hang_timeout_s}s",
                  format_table(head, rows),
                  f"{len(self.cells)} cells, {len(self.trials)} trials"]

@@ -450,7 +450,7 @@ def suite_to_dict(suite: Suite) -> dict[str, Any]:
     d["launcher"] = suite.launcher
     d["env"] = suite.env
     d["env_multi_node"] = suite.env_multi_node
-    d["window"] = {"warmup": suite.window.warmup, "measure": suite.window.measure}
+    d["window"] = suite.window.to_dict()
     d["trials"] = suite.trials
     if not suite.layouts:  # Megatron: batch sizes are the layouts' micro batches
         d["batch_sizes"] = ({p: list(v) for p, v in suite.batch_sizes_by_precision.items()}
