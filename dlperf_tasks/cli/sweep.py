@@ -94,7 +94,7 @@ def run(args) -> int:
         print(f"adaptive trials: {wc['min_trials']} to {wc['max_trials']} trials (worst case = the fixed count)",
               file=sys.stderr)
     if args.dry_run:
-        return dry_run(suite, the_plan)
+        return dry_run(suite, the_plan, settings, image=args.image, ssh_port=args.mpi_ssh_port)
     if not args.out:
         raise PlanError("--out is required (or --dry-run)")
     cluster = None if settings.is_local else Cluster.from_yaml(settings.cluster)
@@ -124,15 +124,26 @@ def run(args) -> int:
     return 1 if bad else 0
 
 
-def dry_run(suite, the_plan) -> int:
-    """Print the plan and every trial's commands (nothing runs, nothing is written)."""
-    from dlperf_tasks.frameworks import get
-    from dlperf_tasks.remote.local import launch_specs
+def dry_run(suite, the_plan, settings, image: str | None = None, ssh_port: int | None = None) -> int:
+    """Print the plan and every trial's commands (nothing runs, nothing is written). With a cluster
+    inventory: the inventory is read and checked as the DAG's plan step does (a missing file or a topology
+    it cannot fit is refused), and each node's command is the one a real trial builds
+    (``remote.trial.trial_commands``: container runtime line, master address, NCCL interface) on the
+    inventory's first nodes that fit; environment values that look secret are masked."""
+    if settings.is_local:
+        print(the_plan.summary())
+        from dlperf_tasks.frameworks import get
+        from dlperf_tasks.remote.local import launch_specs
 
+        fw = get(suite.framework)
+        for pt in the_plan.trials:
+            _, specs = launch_specs(pt.trial, fw, suite.launcher)
+            for rank, spec in specs:
+                print(f"{pt.id} node {rank} (local runtime, this machine): {spec.shell()}")
+        return 0
+    from dlperf_tasks.cli._dryrun import cluster_commands
+
+    lines = list(cluster_commands(suite, the_plan, settings, image=image, ssh_port=ssh_port))  # refuses first
     print(the_plan.summary())
-    fw = get(suite.framework)
-    for pt in the_plan.trials:
-        _, specs = launch_specs(pt.trial, fw, suite.launcher)
-        for rank, spec in specs:
-            print(f"{pt.id} node {rank}: {spec.shell()}")
+    print("\n".join(lines))
     return 0

@@ -101,23 +101,12 @@ class _TrialRun:
                 pass
 
     def run_dir(self, r: int) -> str:
-        return f"{self.nodes[r].workdir.rstrip('/')}/runs/{safe_name(self.run_id)}"
+        return node_run_dir(self.nodes[r], self.run_id)
 
     def build_commands(self, facts: Mapping[str, NodeFacts]) -> None:
         """Every node's job command, before anything starts (bad settings = LAUNCH_FAILED)."""
-        settings = dict(self.suite.launcher or {})
-        env = _env_for(self.suite, self.trial)
-        if env:
-            settings["env"] = {**env, **(settings.get("env") or {})}
-        if self.mpi and isinstance(self.runtime, DockerRuntime):
-            settings["ssh_port"] = self.runtime.ssh_port
-        specs = [n.node_spec() for n in self.nodes]
-        for r in ([0] if self.mpi else range(len(self.nodes))):
-            spec = self.fw.launch(self.trial, r, specs, settings)
-            kw = {"mpi_key_dir": f"{self.run_dir(r)}/mpi_ssh"} if self.multi_mpi else {}
-            self.commands[r] = self.runtime.node_command(
-                spec, trial=self.trial, run_id=self.run_id, node=self.nodes[r], node_rank=r,
-                facts=facts[self.nodes[r].name], log_dir=f"{self.run_dir(r)}/{self.tag}", attempt=self.attempt, **kw)
+        self.commands = trial_commands(self.nodes, self.trial, self.suite, self.run_id, self.runtime, facts,
+                                       attempt=self.attempt)
 
     def start(self, facts: Mapping[str, NodeFacts]) -> None:
         self.report("starting")
@@ -208,6 +197,36 @@ class _TrialRun:
             result.reason = "; ".join([result.reason, *self.notes] if result.reason else self.notes)
         self.report(result.status.value)
         return result
+
+
+def node_run_dir(node, run_id: str) -> str:
+    """A run's directory on a node: ``<workdir>/runs/<run id>``."""
+    return f"{node.workdir.rstrip('/')}/runs/{safe_name(run_id)}"
+
+
+def trial_commands(nodes: list, trial: Trial, suite, run_id: str, runtime: HostRuntime,
+                   facts: Mapping[str, NodeFacts], attempt: int = 1) -> dict[int, object]:
+    """Every node's job command of one trial attempt (rank -> ``JobCommand``): the one builder of a real
+    trial and of ``dlperf sweep --dry-run --cluster``. MPI frameworks start from rank 0 only."""
+    fw = frameworks.get(trial.cell.framework)
+    mpi = fw.launch_mode == "mpi"
+    multi_mpi = mpi and isinstance(runtime, DockerRuntime) and len(nodes) > 1
+    settings = dict(suite.launcher or {})
+    env = _env_for(suite, trial)
+    if env:
+        settings["env"] = {**env, **(settings.get("env") or {})}
+    if mpi and isinstance(runtime, DockerRuntime):
+        settings["ssh_port"] = runtime.ssh_port
+    specs = [n.node_spec() for n in nodes]
+    tag = safe_name(f"{run_id}_{trial.key}_a{attempt}", 100)
+    out: dict[int, object] = {}
+    for r in ([0] if mpi else range(len(nodes))):
+        run_dir = node_run_dir(nodes[r], run_id)
+        spec = fw.launch(trial, r, specs, settings)
+        kw = {"mpi_key_dir": f"{run_dir}/mpi_ssh"} if multi_mpi else {}
+        out[r] = runtime.node_command(spec, trial=trial, run_id=run_id, node=nodes[r], node_rank=r,
+                                      facts=facts[nodes[r].name], log_dir=f"{run_dir}/{tag}", attempt=attempt, **kw)
+    return out
 
 
 def _check_nodes(cluster: Cluster, node_names: list[str], trial: Trial) -> None:
