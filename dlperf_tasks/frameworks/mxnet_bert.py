@@ -309,7 +309,11 @@ class MxnetBertStream(LogStream):
                 self.fc.error(f"{where}: iteration line without a step number: {text[:120]!r}")
                 continue
             step = int(m.group(1))
-            lm = _LATENCY.search(text) or _TIME.search(text)
+            lm = _LATENCY.search(text)
+            if lm is None and "latency=" in text:  # a latency field cut or mangled: never fall back to time=
+                self.fc.error(f"{where}: step {step} line has an unreadable 'latency=' field: {text[:120]!r}")
+                continue
+            lm = lm or _TIME.search(text)
             interval = self.fc.facts.stride
             if not lm or (lm.re is _TIME and not interval):
                 why = " and no Namespace log_interval to turn its 'time=' into ms per step" if lm else ""
