@@ -77,7 +77,11 @@ def test_every_suite_is_valid_with_the_strict_standin(sim_cluster_env, tmp_path)
     assert "config_file='/dlperf/catalog/bert_config_base.json'" in log and "gradient_accumulation_steps=33" in log
     assert "NCCL INFO Bootstrap : Using [0]" in log and "NCCL INFO Using network" in log
 
-    mx = suite_file(tmp_path, "mxnet-bert", "strict", {"DLPERF_STANDIN_SPEED_PER_GPU": "120.5"})
+    # NCCL_DEBUG=WARN here: the stand-in's ranks do not wait for each other at NCCL init as real ones do, so
+    # under load node 2's NCCL INFO burst (stdout) lands inside node 1's step lines (stderr) and splits one
+    # (two CI failures this session); this test checks the launch contract, the log noise is tested elsewhere
+    mx = suite_file(tmp_path, "mxnet-bert", "strict", {"DLPERF_STANDIN_SPEED_PER_GPU": "120.5"},
+                    env_multi_node={"NCCL_DEBUG": "WARN"})
     res = sweep(sim, mx, {"batch_sizes": "32", "topologies": "1n8g,2n8g"}, tmp_path, mpi_ssh_port=2223)
     assert not reasons(res), reasons(res)
     rn = suite_file(tmp_path, "mxnet-resnet50", "strict", {"DLPERF_STANDIN_SPEED_PER_GPU": "380.0"})
