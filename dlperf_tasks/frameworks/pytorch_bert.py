@@ -201,7 +201,7 @@ def summary_problems(parsed: ParsedLog, cell: Cell, window: Window) -> list[str]
         out.append("no DLE summary line 'training_sequences_per_second : X' (the run did not finish; the "
                    "summary rule needs it; --speed-rule timestamps reads the step lines instead)")
         return out
-    steps_done = max(parsed.samples.iteration) - facts.skipped_steps * max(int(facts.stride or 1), 1)
+    steps_done = max(parsed.samples.iteration) - facts.skipped_steps * _stride(facts)
     if steps_done < window.measure:
         out.append(f"the log ends at optimizer step {steps_done}, the rule needs {window.measure}")
     ts = timestamp_figure(parsed, cell)
@@ -227,12 +227,18 @@ def summary_metric(parsed: ParsedLog, cell: Cell) -> TrialMetric:
     else:
         details["flags"] = ["DLE's figure not cross-checked: " + (
             "the log states no gradient accumulation (no PARAMETER Config line)"
-            if parsed.facts.accumulation is None else f"fewer than {CROSS_CHECK_LINES} step lines")]
+            if parsed.facts.accumulation is None else
+            f"fewer than {CROSS_CHECK_LINES} step lines, or no time between the first and the last")]
     if parsed.facts.skipped_steps:
         details["skipped_steps"] = parsed.facts.skipped_steps
     if parsed.facts.final_loss is not None:
         details["final_loss"] = parsed.facts.final_loss
     return TrialMetric(value=round2(fig), details=details)
+
+
+def _stride(facts) -> int:
+    """Steps between two logged step lines (DLE ``log_freq``; 1 when the log does not say)."""
+    return max(int(facts.stride or 1), 1)
 
 
 def cell_accumulation(cell: Cell) -> int | None:
@@ -392,10 +398,10 @@ class PytorchBertStream(LogStream):
             if self._ordinal:  # one step line = one optimizer step of work, whatever number it prints
                 if self._first_step is None:
                     self._first_step = raw
-                raw = self._first_step + self._lines_seen * max(int(self.fc.facts.stride or 1), 1)
+                raw = self._first_step + self._lines_seen * _stride(self.fc.facts)
                 self._lines_seen += 1
             elif raw == self._last_step and ts > self._last_ts:  # an overflow-skipped optimizer step
-                self._offset += max(int(self.fc.facts.stride or 1), 1)
+                self._offset += _stride(self.fc.facts)
                 self.fc.facts.skipped_steps += 1
             self._last_step, self._last_ts = raw, ts
             step = raw + self._offset
