@@ -46,6 +46,7 @@ def fitting_nodes(cluster, topology) -> list:
 def cluster_commands(suite, plan, settings, image: str | None = None, ssh_port: int | None = None) -> Iterator[str]:
     from dlperf_tasks.remote.inventory import Cluster
     from dlperf_tasks.remote.runtime import NodeFacts, make_runtime
+    from dlperf_tasks.frameworks.preflight import LaunchGuardError
     from dlperf_tasks.remote.trial import trial_commands
 
     cluster = Cluster.from_yaml(settings.cluster)  # a missing or broken file: one clear error, as a sweep
@@ -58,5 +59,10 @@ def cluster_commands(suite, plan, settings, image: str | None = None, ssh_port: 
     for pt in plan.trials:
         nodes = chosen[pt.trial.cell.topology]
         facts = {n.name: NodeFacts(n.name, docker=True, nvidia_runtime=True) for n in nodes}
-        for rank, cmd in trial_commands(nodes, pt.trial, suite, DRY_RUN_ID, runtime, facts).items():
+        try:
+            commands = trial_commands(nodes, pt.trial, suite, DRY_RUN_ID, runtime, facts)
+        except LaunchGuardError as exc:  # what the real sweep would refuse before launch
+            yield f"{pt.id} REFUSED: {exc}"
+            continue
+        for rank, cmd in commands.items():
             yield f"{pt.id} {nodes[rank].name} (node rank {rank}): {render(cmd)}"

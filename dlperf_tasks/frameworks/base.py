@@ -65,6 +65,16 @@ class Framework(ABC):
         """Command for ``nodes[node_rank]``. ``settings`` = the suite's launcher settings
         (command template pieces, env, data paths). With launch_mode "mpi" only node_rank 0 is called."""
 
+    def checked_launch(self, trial: Trial, node_rank: int, nodes: list[NodeSpec], settings: Mapping) -> LaunchSpec:
+        """:meth:`launch`, then the pre-launch guard (``frameworks.preflight``): raises
+        ``LaunchGuardError`` (a ValueError) when the command would train another model, precision,
+        batch or world size than the cell. Every runtime launches through here."""
+        from dlperf_tasks.frameworks import preflight
+
+        spec = self.launch(trial, node_rank, nodes, settings)
+        preflight.guard(self.name, trial.cell, spec.argv, settings)
+        return spec
+
     # ---- logs ------------------------------------------------------------
     def log_relpath(self, trial: Trial, node_rank: int = 0) -> str:
         """Path of a node's log inside a run's log tree (seeds' layout). Node 0 keeps the

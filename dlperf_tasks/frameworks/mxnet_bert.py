@@ -22,8 +22,9 @@ the containers' sshd, as DLPerf's ``pretrain.sh`` did.
 Launcher settings (all optional; see docs/TEAM_NOTES.md for the common keys):
 ``workdir`` (/workspace/gluon-nlp/scripts/bert), ``script`` (run_pretraining.py),
 ``python`` (python3), ``mpirun`` (mpirun), ``ssh_port`` (port of the containers' sshd
-for ``-mca plm_rsh_args``, default 22), ``data`` (comma-separated .npy shards;
-default ``<data_dir>/part-000.npy``), ``data_dir`` (/datasets/bert/mxnet/wiki_128_npy_part_0),
+for ``-mca plm_rsh_args``, default 22), ``data`` (comma-separated .npy shards or
+shell patterns, expanded by gluon-nlp's ``nlp.utils.glob``; default ``<data_dir>/*``: every file, as
+DLPerf's pretrain.sh passes them), ``data_dir`` (/datasets/bert/mxnet/wiki_128_npy_part_0),
 ``model`` (bert_12_768_12), ``lr`` (1e-4), ``mpi_export`` (extra env var names passed
 with ``-x``), ``mpi_args`` (extra mpirun words), ``extra_args`` (extra script words),
 ``env`` (NAME: value set for mpirun and exported to every rank).
@@ -112,7 +113,9 @@ class MxnetBert(Framework):
         bsz = cell.batch_size_per_device
         total_bz = bsz * cell.topology.world_size
         data_dir = L.text(settings, "data_dir", "/datasets/bert/mxnet/wiki_128_npy_part_0")
-        data = L.text(settings, "data", data_dir.rstrip("/") + "/part-000.npy")
+        # DLPerf's pretrain.sh passes every file of DATA_DIR (comma-joined); gluon-nlp 7b7bf60 expands
+        # --data itself (nlp.utils.glob: comma-separated shell patterns) and asserts files >= workers
+        data = L.text(settings, "data", data_dir.rstrip("/") + "/*")
         dtype = "float16" if cell.precision == "amp" else "float32"
         script = [
             L.text(settings, "python", "python3"),

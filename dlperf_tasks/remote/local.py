@@ -82,7 +82,7 @@ def launch_specs(trial: Trial, framework: Framework, launcher: Mapping):
     nodes = local_nodes(topo.nodes, topo.gpus_per_node)
     ranks = range(1) if framework.launch_mode == "mpi" else range(topo.nodes)
     settings = _settings(launcher)
-    return nodes, [(r, framework.launch(trial, r, nodes, settings)) for r in ranks]
+    return nodes, [(r, framework.checked_launch(trial, r, nodes, settings)) for r in ranks]
 
 
 def run_trial(trial: Trial, framework: Framework, launcher: Mapping, run_dir: str | Path, *,

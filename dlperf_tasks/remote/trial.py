@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping
 
 from dlperf_tasks import frameworks
 from dlperf_tasks.errors import DlperfError, RemoteError
+from dlperf_tasks.frameworks.preflight import LaunchGuardError
 from dlperf_tasks.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.remote import jobpoll
 from dlperf_tasks.remote.inventory import Cluster
@@ -222,7 +223,7 @@ def trial_commands(nodes: list, trial: Trial, suite, run_id: str, runtime: HostR
     out: dict[int, object] = {}
     for r in ([0] if mpi else range(len(nodes))):
         run_dir = node_run_dir(nodes[r], run_id)
-        spec = fw.launch(trial, r, specs, settings)
+        spec = fw.checked_launch(trial, r, specs, settings)
         kw = {"mpi_key_dir": f"{run_dir}/mpi_ssh"} if multi_mpi else {}
         out[r] = runtime.node_command(spec, trial=trial, run_id=run_id, node=nodes[r], node_rank=r,
                                       facts=facts[nodes[r].name], log_dir=f"{run_dir}/{tag}", attempt=attempt, **kw)
@@ -259,6 +260,8 @@ def start_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, ru
         tr.build_commands(facts)
     except RemoteError as exc:
         state["failed"] = {"status": TrialStatus.NODE_UNREACHABLE.value, "reason": str(exc)}
+    except LaunchGuardError as exc:  # the command would not train the cell: refused before any GPU time
+        state["failed"] = {"status": TrialStatus.LAUNCH_FAILED.value, "reason": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a framework's launch() rejecting the settings
         state["failed"] = {"status": TrialStatus.LAUNCH_FAILED.value,
                            "reason": f"building the launch command failed: {type(exc).__name__}: {exc}"}

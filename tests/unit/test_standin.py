@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,9 +37,20 @@ TIME_SCALE = "0.002"
 BASE_CONFIG = ROOT / "dlperf_tasks" / "catalog" / "data" / "bert_config_base.json"
 
 
+def standin_data_dir() -> Path:
+    """A data directory as the nodes have it: 64 .npy shards (gluon-nlp asserts files >= workers)."""
+    d = Path(tempfile.gettempdir()) / f"dlperf-standin-data-{os.getuid()}"
+    if not (d / "part-063.npy").exists():
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(64):
+            (d / f"part-{i:03d}.npy").touch()
+    return d
+
+
 def _settings(env: dict) -> dict:
-    """Launcher settings as a suite gives them: env plus the BERT-base config file."""
-    return {"env": env, "config_file": str(BASE_CONFIG), "bert_config_file": str(BASE_CONFIG)}
+    """Launcher settings as a suite gives them: env, the BERT-base config file, the data shards."""
+    return {"env": env, "config_file": str(BASE_CONFIG), "bert_config_file": str(BASE_CONFIG),
+            "data_dir": str(standin_data_dir())}
 
 
 def _cell(fw, bsz, topo, precision="fp32", layout=None, window=Window(20, 100)):
@@ -71,7 +83,7 @@ def _run_trial(fw, cell, settings_env, tmp_path, timeout=120):
     record = tmp_path / "record.jsonl"
     env = {"PYTHONPATH": str(DIST), "DLPERF_STANDIN_TIME_SCALE": TIME_SCALE,
            "DLPERF_STANDIN_RECORD": str(record), **settings_env}
-    settings = {"env": env, "config_file": str(BASE_CONFIG), "bert_config_file": str(BASE_CONFIG)}
+    settings = _settings(env)
     nodes = _nodes(cell.topology.nodes, cell.topology.gpus_per_node)
     ranks = [0] if f.launch_mode == "mpi" else list(range(cell.topology.nodes))
     procs = []

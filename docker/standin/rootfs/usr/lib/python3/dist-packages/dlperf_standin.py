@@ -188,7 +188,7 @@ def emit_mxnet_bert(cfg: Config) -> None:
             "Namespace(accumulate=1, cased=False, ckpt_dir='./ckpt_dir', ckpt_interval=1000, "
             "comm_backend='horovod', dtype='float32', log_interval=1, model='bert_12_768_12', "
             f"num_steps={cfg.iters}, total_batch_size={cfg.global_batch}, warmup_ratio=1.0)"))
-    _w(err, "INFO:root:64 files are found.")
+    _w(err, f"INFO:root:{cfg.extra.get('data_files', 64)} files are found.")
     rng = random.Random(cfg.rank)
     # latency printed with 1 decimal: choose per-step values whose speeds average to the target
     target_speed = cfg.speed  # global = 1000/lat * batch * world
@@ -223,8 +223,10 @@ def emit_mxnet_resnet50(cfg: Config) -> None:
     err = sys.stderr
     now = dt.datetime.fromtimestamp(cfg.start).strftime("%H:%M:%S")
     if cfg.rank == 0:
-        _w(err, f"INFO:root:Namespace(batch_size={cfg.batch}, dtype='float32', log_interval=1, "
-                f"model='resnet50_v1b', num_epochs=1, num_batches={cfg.iters})")
+        ns = cfg.extra.get("namespace")  # train_horovod.py: logging.info(args)
+        _w(err, "INFO:root:" + (str(ns) if ns is not None else
+                f"Namespace(batch_size={cfg.batch}, dtype='float32', log_interval=1, "
+                f"model='resnet50_v1b', num_epochs=1, num_batches={cfg.iters})"))
         _w(err, "INFO:root:ResNetV1b(\n  (conv1): Conv2D(3 -> 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3), bias=False)\n"
                 "  (fc): Dense(2048 -> 1000, linear)\n)")
     _w(err, f"[{now}] src/operator/nn/./cudnn/./cudnn_algoreg-inl.h:97: Running performance tests to find the best "

@@ -84,12 +84,15 @@ def common_env() -> dict:
 def _settings(fmt: str, ns, r: dict) -> dict:
     """Emitter settings from the parsed real flags (raises ContractError like the real script)."""
     if fmt == "mxnet_bert":
-        C.check_mxnet_bert(ns, r["world"])
+        prec = C.mxnet_precision(ns.dtype, "run_pretraining.py: model.cast(args.dtype)")
+        if not ns.data:  # gluon-nlp: `if args.data:` ... the model is built, nothing trains, exit 0
+            return dict(idle=True, namespace=ns)
+        files = C.check_mxnet_bert(ns, r["world"])
         return dict(batch=max(ns.total_batch_size // r["world"] // ns.accumulate, 1), iters=ns.num_steps,
-                    precision="amp" if ns.dtype == "float16" else "fp32", namespace=ns)
+                    precision=prec, namespace=ns, data_files=files, work=C.work_factor(None, ns.model))
     if fmt == "mxnet_resnet50":
-        return dict(batch=ns.batch_size, iters=ns.num_batches or 120,
-                    precision="amp" if ns.dtype == "float16" else "fp32")
+        prec = C.mxnet_precision(ns.dtype, "train_horovod.py: net.cast(args.dtype)")
+        return dict(batch=ns.batch_size, iters=ns.num_batches or 120, precision=prec, namespace=ns)
     if fmt == "pytorch_bert":
         doc = C.check_pytorch_bert(ns)
         acc = ns.gradient_accumulation_steps
@@ -98,7 +101,8 @@ def _settings(fmt: str, ns, r: dict) -> dict:
         if ns.local_rank is not None:
             r["local_rank"] = int(ns.local_rank)
         return dict(batch=ns.train_batch_size, global_batch=ns.train_batch_size * acc * r["world"],
-                    iters=int(ns.max_steps), precision="amp" if ns.fp16 else "fp32", namespace=ns, model_config=doc)
+                    iters=int(ns.max_steps), precision="amp" if ns.fp16 else "fp32", namespace=ns, model_config=doc,
+                    work=C.work_factor(doc))
     if fmt == "tensorflow_bert":
         doc = C.check_tensorflow_bert(ns)
         nodes = len([h for h in (ns.worker_hosts or "").split(",") if h]) or 1
@@ -106,7 +110,8 @@ def _settings(fmt: str, ns, r: dict) -> dict:
         r.update(rank=max(ns.task_index, 0), world=world, local_rank=0, nodes=nodes)
         return dict(batch=max(ns.train_batch_size // world, 1), global_batch=ns.train_batch_size,
                     iters=ns.num_steps_per_epoch * ns.num_train_epochs,
-                    precision="amp" if ns.dtype == "fp16" else "fp32", model_config=doc)
+                    precision={"fp16": "amp", "bf16": "bf16"}.get(ns.dtype, "fp32"), model_config=doc,
+                    work=C.work_factor(doc))
     if fmt == "megatron_gpt":
         sizes = C.check_megatron_gpt(ns, r["world"])
         if ns.local_rank is not None:
@@ -128,9 +133,14 @@ def shim_main(fmt: str, argv: list[str] | None = None) -> int:
         kw = _settings(fmt, ns, r)
     except C.ContractError as exc:
         return C.report(exc, script)
-    extra = {k: kw.pop(k) for k in ("namespace", "model_config", "layout") if k in kw}
+    extra = {k: kw.pop(k) for k in ("namespace", "model_config", "layout", "data_files") if k in kw}
+    if kw.pop("idle", False):  # the real script exits 0 without training (e.g. gluon-nlp with no --data)
+        sys.stderr.write(f"INFO:root:{extra.get('namespace')}\n")
+        return 0
+    work = kw.pop("work", 1.0)
     kw.update(r, fmt=fmt, argv=[sys.argv[0]] + argv)
-    kw["speed"] = speed_from_env(r["world"], r["nodes"])
+    # another model than the speed was configured for trains slower: a test sees a wrong launch
+    kw["speed"] = round(speed_from_env(r["world"], r["nodes"]) / work, 2)
     if fmt == "megatron_gpt":
         kw["latency_ms"] = latency_from_env(r["world"], r["nodes"])
         if kw["latency_ms"] is None:

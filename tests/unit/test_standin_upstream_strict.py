@@ -1,0 +1,98 @@
+"""The stand-in is as strict as upstream at the pinned commits, and no stricter (issue 24).
+
+Each case is a launch the real entry point refuses (or, for gluon-nlp with no ``--data``, runs
+without training) that the stand-in used to accept and print the configured speed for. The facts
+come from the upstream sources at the seeds' commits:
+
+* gluon-nlp 7b7bf60 ``scripts/bert/run_pretraining.py``: ``model.cast(args.dtype)`` (NumPy dtype
+  names only), ``if args.data:`` (no data: no training, exit 0); ``pretraining_utils.py:218``
+  ``assert num_files >= num_parts``; ``src/gluonnlp/utils/files.py:29`` ``glob`` (comma-separated
+  shell patterns).
+* gluon-cv f9a8a28 ``scripts/classification/imagenet/train_horovod.py``: ``net.cast(args.dtype)``.
+* tensorflow/models ``official/utils/flags/_performance.py``: ``DEFINE_enum("dtype", ...,
+  enum_values=DTYPE_MAP.keys())`` = fp16|bf16|fp32; ``official/nlp/bert/run_pretraining.py``:
+  ``input_file_pattern.split(',')`` with ``--input_files`` unset.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from dlperf_tasks.frameworks import get
+from tests.unit.test_standin import BASE_CONFIG, DIST, ROOTFS, _cell, standin_data_dir
+from tests.unit.test_standin_contract import _run
+
+
+def test_mxnet_bert_fp16_is_not_a_numpy_dtype(tmp_path):
+    rc, log = _run("mxnet_bert", _cell("mxnet_bert", 32, "1n1g"), tmp_path, extra_args=["--dtype", "fp16"])[0]
+    assert rc != 0 and "TypeError: data type 'fp16' not understood" in log
+    assert "[step " not in log
+
+
+def test_mxnet_resnet50_fp16_is_not_a_numpy_dtype(tmp_path):
+    rc, log = _run("mxnet_resnet50", _cell("mxnet_resnet50", 128, "1n1g"), tmp_path, extra_args=["--dtype=fp16"])[0]
+    assert rc != 0 and "TypeError: data type 'fp16' not understood" in log
+    assert "Speed:" not in log
+
+
+def test_mxnet_bert_one_data_file_for_two_workers_fails_the_assert(tmp_path):
+    one = standin_data_dir() / "part-000.npy"
+    rc, log = _run("mxnet_bert", _cell("mxnet_bert", 32, "1n2g"), tmp_path, data=str(one))[0]
+    assert rc != 0
+    assert ("AssertionError: The number of training text files must be no less than the number of "
+            f"workers/partitions (2). Only 1 files at {one} are found.") in log
+
+
+def test_mxnet_bert_default_data_is_every_shard_and_counts_them(tmp_path):
+    rc, log = _run("mxnet_bert", _cell("mxnet_bert", 32, "1n2g"), tmp_path)[0]
+    assert rc == 0 and "INFO:root:64 files are found." in log
+
+
+def test_mxnet_bert_without_data_trains_nothing_and_exits_0(tmp_path):
+    """gluon-nlp builds the model and skips training when --data is unset: no step line, status 0;
+    dlperf's gate then refuses the trial (no iteration line), never the configured speed."""
+    from dlperf_tasks.frameworks._lines import read_log
+    from dlperf_tasks.model import Trial, Window
+    from dlperf_tasks.validity import gate
+
+    script = ROOTFS / "workspace" / "gluon-nlp" / "scripts" / "bert" / "run_pretraining.py"
+    log = tmp_path / "node0.log"
+    with open(log, "wb") as fh:
+        rc = subprocess.run([sys.executable, str(script), "--total_batch_size", "32", "--num_steps", "120",
+                             "--dtype", "float32"], stdout=fh, stderr=subprocess.STDOUT, timeout=60,
+                            env={"PYTHONPATH": str(DIST), "PATH": "/usr/bin:/bin"}, cwd=tmp_path).returncode
+    text = log.read_text()
+    assert rc == 0 and "Namespace(" in text and "[step " not in text
+    f, cell = get("mxnet_bert"), _cell("mxnet_bert", 32, "1n1g")
+    res = gate(f, Trial(cell, 1), f.parse(read_log(str(log))), Window(20, 100), exit_codes={"node1": 0})
+    assert not res.valid and "no '[step N]" in res.reason
+
+
+def test_mxnet_bert_large_model_trains_slower(tmp_path):
+    f = get("mxnet_bert")
+    cell = _cell("mxnet_bert", 32, "1n1g")
+    values = []
+    for model in ("bert_12_768_12", "bert_24_1024_16"):
+        rc, log = _run("mxnet_bert", cell, tmp_path, model=model)[0]
+        assert rc == 0
+        parsed = f.parse(log.splitlines(keepends=True))
+        values.append(f.trial_metric(parsed, cell, cell.window).value)
+    assert values[0] == 100.0 and abs(values[1] - 33.33) < 0.2, values
+
+
+def test_tensorflow_dtype_float16_is_not_in_the_enum(tmp_path):
+    rc, log = _run("tensorflow_bert", _cell("tensorflow_bert", 32, "1n1g"), tmp_path, extra_args=["--dtype=float16"])[0]
+    assert rc == 1
+    assert "FATAL Flags parsing error: flag --dtype=float16: value should be one of <fp16|bf16|fp32>" in log
+
+
+def test_tensorflow_without_input_files_fails_like_r2_3(tmp_path):
+    script = ROOTFS / "workspace" / "models" / "official" / "nlp" / "bert" / "run_pretraining.py"
+    out = subprocess.run([sys.executable, str(script), f"--bert_config_file={BASE_CONFIG}", "--num_gpus=1",
+                          "--train_batch_size=32", "--num_steps_per_epoch=20", "--num_train_epochs=1"],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         env={"PYTHONPATH": str(DIST), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 1
+    assert "AttributeError: 'NoneType' object has no attribute 'split'" in out.stderr
+    assert "Train Step" not in out.stderr
