@@ -15,11 +15,14 @@ from dlperf_tasks.topology import Topology
 
 @dataclass(frozen=True)
 class Patch:
-    """A source patch a seed requires, kept as data (path + unified diff or a description)."""
+    """A source patch a seed requires: ``file`` names a unified diff among the catalog data files,
+    applied on the nodes before every trial (catalog/patches.py); without one the patch is only
+    declared (``diff`` may show it) and nothing applies it."""
 
     path: str
     description: str
     diff: str = ""
+    file: str = ""
 
 
 @dataclass(frozen=True)

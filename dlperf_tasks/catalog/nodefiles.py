@@ -97,11 +97,14 @@ def check_bert_config(model: str, dims: dict[str, int], where: str) -> None:
 
 def node_files(suite) -> dict[str, bytes]:
     """``{relpath: bytes}`` the suite needs on every node (empty for most suites)."""
+    from dlperf_tasks.catalog import patches
+
     out: dict[str, bytes] = {}
     for key in FILE_KEYS:
         name = (suite.launcher or {}).get(key)
         if name:
             out[str(name)] = find_data_file(str(name), suite.source).read_bytes()
+    out.update(patches.node_files(suite))  # source patches and their applier (catalog/patches.py)
     return out
 
 

@@ -82,7 +82,7 @@ SUITE_SCHEMA: dict = {
                         "type": "object",
                         "additionalProperties": False,
                         "required": ["path", "description"],
-                        "properties": {"path": _STR, "description": _STR, "diff": _STR},
+                        "properties": {"path": _STR, "description": _STR, "diff": _STR, "file": _STR},
                     },
                 },
             },

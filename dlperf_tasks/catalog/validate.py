@@ -13,6 +13,7 @@ import string
 from typing import Any
 
 from dlperf_tasks.catalog.model import ContainerSpec, Patch, Suite, Upstream
+from dlperf_tasks.catalog.patches import check_patches
 from dlperf_tasks.catalog.schema import SUITE_SCHEMA
 from dlperf_tasks.catalog.yamlsrc import KeyPath, format_path
 from dlperf_tasks.errors import CatalogError, PlanError
@@ -358,12 +359,14 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
     upstream = None
     if data.get("upstream"):
         _check_upstream(data["upstream"], problems)
+        check_patches(data, filename, problems)
         u = data["upstream"]
         upstream = Upstream(
             repo=u["repo"],
             commit=u.get("commit", ""),
             workdir=u.get("workdir", ""),
-            patches=tuple(Patch(p["path"], p["description"].strip(), p.get("diff", "")) for p in u.get("patches", [])),
+            patches=tuple(Patch(p["path"], p["description"].strip(), p.get("diff", ""), p.get("file", ""))
+                          for p in u.get("patches", [])),
             ref=u.get("ref", ""),
         )
 
@@ -443,7 +446,8 @@ def suite_to_dict(suite: Suite) -> dict[str, Any]:
         u = suite.upstream
         d["upstream"] = {
             "repo": u.repo, "commit": u.commit, "ref": u.ref, "workdir": u.workdir,
-            "patches": [{"path": p.path, "description": p.description, "diff": p.diff} for p in u.patches],
+            "patches": [{"path": p.path, "description": p.description, "diff": p.diff, "file": p.file}
+                        for p in u.patches],
         }
         if suite.extra.get("upstream_note"):
             d["upstream"]["note"] = suite.extra["upstream_note"]

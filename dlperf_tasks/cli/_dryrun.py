@@ -47,7 +47,7 @@ def cluster_commands(suite, plan, settings, image: str | None = None, ssh_port: 
     from dlperf_tasks.remote.inventory import Cluster
     from dlperf_tasks.remote.runtime import NodeFacts, make_runtime
     from dlperf_tasks.frameworks.preflight import LaunchGuardError
-    from dlperf_tasks.remote.trial import trial_commands
+    from dlperf_tasks.remote.trialcmd import trial_commands
 
     cluster = Cluster.from_yaml(settings.cluster)  # a missing or broken file: one clear error, as a sweep
     chosen = {c.topology: fitting_nodes(cluster, c.topology) for c in plan.cells}  # refuse before printing

@@ -228,12 +228,14 @@ class DockerRuntime(HostRuntime):
                 port, node.peer_address]
 
     def mpi_helper_command(self, *, trial: Trial, run_id: str, node: Node, facts: NodeFacts, log_dir: str,
-                           key_dir: str, attempt: int = 1) -> str:
-        """Detached helper container running sshd for mpirun (on every node of the trial)."""
+                           key_dir: str, attempt: int = 1, prelude: list[str] | None = None) -> str:
+        """Detached helper container running sshd for mpirun (on every node of the trial); ``prelude``
+        (the source-patch applier's words, catalog/patches.py) runs before sshd in the container."""
         argv = docker_run_argv(self.spec, self.image, self.container_name(run_id, trial, node.name, attempt, "sshd"),
                                self.labels(run_id, trial, node.name), node=node, facts=facts, env_file=None,
                                marker_env=f"{TRIAL_ENV}={trial.key}",
-                               workdir=None, command=self.sshd_argv(node), log_dir=log_dir, detach=True,
+                               workdir=None, command=[*(prelude or []), *self.sshd_argv(node)], log_dir=log_dir,
+                               detach=True,
                                extra_mounts=[f"{key_dir}:/root/.ssh:ro"])
         return f"mkdir -p {shlex.quote(log_dir)} && " + shlex.join(argv)
 

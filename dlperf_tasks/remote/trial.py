@@ -42,6 +42,7 @@ from dlperf_tasks.remote.runtime import DockerRuntime, HostRuntime, NodeFacts, m
 from dlperf_tasks.remote.ssh import SSHPool
 from dlperf_tasks.remote.trialnodes import (LAUNCH_EXIT_CODES, VANISHED, LaunchError, NodeRun, cleanup, collect,
                                             parallel, start_mpi_helper, start_node_job)
+from dlperf_tasks.remote.trialcmd import helper_prelude, node_run_dir, trial_commands
 from dlperf_tasks.remote.watch import NodeLog, progress_state
 
 log = logging.getLogger(__name__)
@@ -57,11 +58,6 @@ class Progress:
     iteration: int = 0
     total: int = 0
     state: str = "starting"
-
-
-def _env_for(suite, trial: Trial) -> dict[str, str]:
-    fn = getattr(suite, "env_for", None)
-    return dict(fn(trial.cell.topology)) if fn else dict(suite.env or {})
 
 
 class _Stopped(Exception):
@@ -89,6 +85,7 @@ class _TrialRun:
         self.mpi = self.fw.launch_mode == "mpi"
         self.multi_mpi = self.mpi and isinstance(runtime, DockerRuntime) and len(self.nodes) > 1
         self.commands: dict[int, object] = {}
+        self.prelude: list[str] = []
         self.notes: list[str] = []
 
     def report(self, state: str, iteration: int | None = None) -> None:
@@ -108,14 +105,15 @@ class _TrialRun:
         """Every node's job command, before anything starts (bad settings = LAUNCH_FAILED)."""
         self.commands = trial_commands(self.nodes, self.trial, self.suite, self.run_id, self.runtime, facts,
                                        attempt=self.attempt)
+        self.prelude = helper_prelude(self.trial, self.suite, [n.node_spec() for n in self.nodes])
 
     def start(self, facts: Mapping[str, NodeFacts]) -> None:
         self.report("starting")
         if self.multi_mpi:
             parallel([lambda i=i: start_mpi_helper(
                 self.pool, self.runtime, self.nodes[i], self.run_dir(i), f"{self.run_dir(i)}/{self.tag}",
-                trial=self.trial, run_id=self.run_id, facts=facts[self.nodes[i].name], attempt=self.attempt)
-                for i in range(len(self.nodes))])
+                trial=self.trial, run_id=self.run_id, facts=facts[self.nodes[i].name], attempt=self.attempt,
+                prelude=self.prelude) for i in range(len(self.nodes))])
 
         def one(r: int) -> None:
             nr = self.runs[r]
@@ -198,36 +196,6 @@ class _TrialRun:
             result.reason = "; ".join([result.reason, *self.notes] if result.reason else self.notes)
         self.report(result.status.value)
         return result
-
-
-def node_run_dir(node, run_id: str) -> str:
-    """A run's directory on a node: ``<workdir>/runs/<run id>``."""
-    return f"{node.workdir.rstrip('/')}/runs/{safe_name(run_id)}"
-
-
-def trial_commands(nodes: list, trial: Trial, suite, run_id: str, runtime: HostRuntime,
-                   facts: Mapping[str, NodeFacts], attempt: int = 1) -> dict[int, object]:
-    """Every node's job command of one trial attempt (rank -> ``JobCommand``): the one builder of a real
-    trial and of ``dlperf sweep --dry-run --cluster``. MPI frameworks start from rank 0 only."""
-    fw = frameworks.get(trial.cell.framework)
-    mpi = fw.launch_mode == "mpi"
-    multi_mpi = mpi and isinstance(runtime, DockerRuntime) and len(nodes) > 1
-    settings = dict(suite.launcher or {})
-    env = _env_for(suite, trial)
-    if env:
-        settings["env"] = {**env, **(settings.get("env") or {})}
-    if mpi and isinstance(runtime, DockerRuntime):
-        settings["ssh_port"] = runtime.ssh_port
-    specs = [n.node_spec() for n in nodes]
-    tag = safe_name(f"{run_id}_{trial.key}_a{attempt}", 100)
-    out: dict[int, object] = {}
-    for r in ([0] if mpi else range(len(nodes))):
-        run_dir = node_run_dir(nodes[r], run_id)
-        spec = fw.checked_launch(trial, r, specs, settings)
-        kw = {"mpi_key_dir": f"{run_dir}/mpi_ssh"} if multi_mpi else {}
-        out[r] = runtime.node_command(spec, trial=trial, run_id=run_id, node=nodes[r], node_rank=r,
-                                      facts=facts[nodes[r].name], log_dir=f"{run_dir}/{tag}", attempt=attempt, **kw)
-    return out
 
 
 def _check_nodes(cluster: Cluster, node_names: list[str], trial: Trial) -> None:

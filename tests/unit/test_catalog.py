@@ -32,7 +32,9 @@ def test_seed_facts_are_held():
     assert bert.trials == 7 and bert.batch_sizes == (32, 24) and bert.precisions == ("fp32",)
     assert [t.name for t in bert.topologies] == ["1n1g", "1n8g", "2n8g", "4n8g"]
     assert "/usr/local/mpi/bin/" in bert.env["PATH"]
-    assert len(bert.upstream.patches) == 4 and "end_of_batch = True" in bert.upstream.patches[3].diff
+    (patch,) = bert.upstream.patches  # DLPerf's four changes, one diff applied on the nodes (catalog/patches.py)
+    assert patch.file == "gluon-nlp-7b7bf60-dlperf-bert.diff" and "+                end_of_batch = True" in \
+        bert.node_files()[patch.file].decode()
     assert bert.container.devices == ("/dev/infiniband",) and bert.container.cap_add == ("IPC_LOCK",)
 
     rn50 = load_suite("mxnet-resnet50")

@@ -58,8 +58,12 @@ def _commands(suite_id):
 
 
 @pytest.mark.parametrize("suite_id", SUITES)
-def test_every_command_parses_with_the_upstream_contract_and_passes_the_guard(suite_id, contract):
+def test_every_command_parses_with_the_upstream_contract_and_passes_the_guard(suite_id, contract, monkeypatch):
+    from dlperf_tasks.catalog.patches import patch_files
+
     n = 0
+    applied = patch_files(load_suite(suite_id))
+    monkeypatch.setenv("DLPERF_PATCHES_APPLIED", ",".join(applied))  # what the applier exports on the node
     for suite, fw, trial, spec in _commands(suite_id):
         script = suite.launcher.get("script") or {"megatron_gpt": "pretrain_gpt.py", "mxnet_resnet50":
                                                   "train_horovod.py"}.get(fw.name, "run_pretraining.py")
@@ -74,10 +78,10 @@ def test_every_command_parses_with_the_upstream_contract_and_passes_the_guard(su
                 pytest.fail(f"{suite_id} {trial.id}: upstream {doc['repo']}@{doc.get('commit') or doc.get('ref')} "
                             f"refuses the command ({exc}): {err.getvalue().strip()}")
         assert isinstance(ns, argparse.Namespace)
-        used_patches = [a["flags"][0] for a in doc["arguments"] if a.get("patch") and any(
-            w == a["flags"][0] or w.startswith(a["flags"][0] + "=") for w in args)]
-        # the only flags outside upstream are the declared ResNet-50 stop (docs/launch.md: open)
-        assert set(used_patches) <= {"--num-batches"}, (suite_id, used_patches)
+        used_patches = {a["patch"] for a in doc["arguments"] if a.get("patch") and any(
+            w == a["flags"][0] or w.startswith(a["flags"][0] + "=") for w in args)}
+        # a flag outside upstream comes only from a patch the suite applies (catalog/patches.py)
+        assert used_patches <= set(applied), (suite_id, used_patches)
         assert check(fw.name, trial.cell, spec.argv, suite.launcher) == [], (suite_id, trial.id)
         n += 1
     assert n >= 4

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 from dlperf_tasks.frameworks import get
-from tests.unit.test_standin import BASE_CONFIG, DIST, ROOTFS, _cell, standin_data_dir
+from tests.unit.test_standin import BASE_CONFIG, DIST, PATCHED, ROOTFS, _cell, standin_data_dir
 from tests.unit.test_standin_contract import _run
 
 
@@ -61,7 +61,8 @@ def test_mxnet_bert_without_data_trains_nothing_and_exits_0(tmp_path):
     with open(log, "wb") as fh:
         rc = subprocess.run([sys.executable, str(script), "--total_batch_size", "32", "--num_steps", "120",
                              "--dtype", "float32"], stdout=fh, stderr=subprocess.STDOUT, timeout=60,
-                            env={"PYTHONPATH": str(DIST), "PATH": "/usr/bin:/bin"}, cwd=tmp_path).returncode
+                            env={"PYTHONPATH": str(DIST), "PATH": "/usr/bin:/bin", **PATCHED},
+                            cwd=tmp_path).returncode
     text = log.read_text()
     assert rc == 0 and "Namespace(" in text and "[step " not in text
     f, cell = get("mxnet_bert"), _cell("mxnet_bert", 32, "1n1g")
@@ -96,3 +97,44 @@ def test_tensorflow_without_input_files_fails_like_r2_3(tmp_path):
     assert out.returncode == 1
     assert "AttributeError: 'NoneType' object has no attribute 'split'" in out.stderr
     assert "Train Step" not in out.stderr
+
+
+def test_patch_flags_exist_only_when_the_applier_ran(tmp_path):
+    """Unpatched gluon-cv f9a8a28 has no --num-batches and gluon-nlp 7b7bf60 requires --data_eval: the
+    stand-in accepts the suites' commands only after dlperf's applier patched the scripts."""
+    unpatched = {"DLPERF_PATCHES_APPLIED": ""}
+    rc, log = _run("mxnet_resnet50", _cell("mxnet_resnet50", 128, "1n1g"), tmp_path, env=unpatched)[0]
+    assert rc == 2 and "train_horovod.py: error: unrecognized arguments: --num-batches=120" in log
+    rc, log = _run("mxnet_bert", _cell("mxnet_bert", 32, "1n1g"), tmp_path, env=unpatched)[0]
+    assert rc == 2 and "error: the following arguments are required: --data_eval" in log
+
+
+def test_the_applier_runs_in_front_of_the_real_command_on_the_overlay(tmp_path):
+    """The suite's command started through the applier (as on a node): the overlay's scripts carry the
+    patches' marks (an image built with them), so nothing is rewritten and the run parses back."""
+    from dlperf_tasks.catalog import patches
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.frameworks.base import LaunchSpec
+    from tests.unit.test_standin import _nodes, _start
+
+    suite = load_suite("mxnet-resnet50")
+    cell = _cell("mxnet_resnet50", 128, "1n1g")
+    settings = {"env": {"PYTHONPATH": str(DIST), "DLPERF_STANDIN_TIME_SCALE": "0.002", "DLPERF_STANDIN_SPEED": "300"},
+                "python": sys.executable, "node_files_dir": str(patches.applier().__file__.rsplit("/", 1)[0])}
+    f = get("mxnet_resnet50")
+    from dlperf_tasks.model import Trial
+
+    spec = f.launch(Trial(cell, 1), 0, _nodes(1, 1), settings)
+    wrapped = LaunchSpec(argv=patches.wrap(suite, spec.argv, spec.workdir, settings), env=spec.env,
+                         workdir=spec.workdir)
+    root = wrapped.argv[wrapped.argv.index("--root") + 1]
+    assert root == "/workspace/gluon-cv"
+    wrapped.argv[wrapped.argv.index("--root") + 1] = str(ROOTFS / "workspace" / "gluon-cv")
+    before = (ROOTFS / "workspace/gluon-cv/scripts/classification/imagenet/train_horovod.py").read_bytes()
+    log = tmp_path / "node0.log"
+    assert _start(wrapped, log).wait(timeout=120) == 0, log.read_text()[-2000:]
+    text = log.read_text()
+    assert "dlperf-patch: gluon-cv-f9a8a28-dlperf-rn50.diff already applied" in text
+    parsed = f.parse(text.splitlines(keepends=True))
+    assert f.trial_metric(parsed, cell, cell.window).value == 300.0
+    assert (ROOTFS / "workspace/gluon-cv/scripts/classification/imagenet/train_horovod.py").read_bytes() == before

@@ -65,9 +65,28 @@ def load(fmt: str) -> dict | None:
         return json.load(f)
 
 
+def applied_patches() -> set[str]:
+    """The patches dlperf's applier applied before starting this process (it exports their names)."""
+    return {n for n in os.environ.get("DLPERF_PATCHES_APPLIED", "").split(",") if n}
+
+
+def effective_arguments(contract: dict) -> list[dict]:
+    """The entry point's arguments as this process's copy of the script has them: an argument a source
+    patch adds or changes (``patch``: the diff's name) counts only when that patch was applied; without
+    it the upstream form (``upstream``: the fields it overrides) or nothing."""
+    applied, out = applied_patches(), []
+    for a in contract["arguments"]:
+        if a.get("patch") and a["patch"] not in applied:
+            if "upstream" not in a:
+                continue
+            a = {**a, **a["upstream"]}
+        out.append(a)
+    return out
+
+
 def build_parser(contract: dict, prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, allow_abbrev=contract.get("allow_abbrev", True))
-    for a in contract["arguments"]:
+    for a in effective_arguments(contract):
         kw: dict = {"dest": a["dest"]}
         action = a.get("action") or "store"
         if action in ("store_true", "store_false"):

@@ -92,7 +92,7 @@ def _settings(fmt: str, ns, r: dict) -> dict:
                     precision=prec, namespace=ns, data_files=files, work=C.work_factor(None, ns.model))
     if fmt == "mxnet_resnet50":
         prec = C.mxnet_precision(ns.dtype, "train_horovod.py: net.cast(args.dtype)")
-        return dict(batch=ns.batch_size, iters=ns.num_batches or 120, precision=prec, namespace=ns)
+        return dict(batch=ns.batch_size, iters=getattr(ns, "num_batches", 0) or 120, precision=prec, namespace=ns)
     if fmt == "pytorch_bert":
         doc = C.check_pytorch_bert(ns)
         acc = ns.gradient_accumulation_steps
