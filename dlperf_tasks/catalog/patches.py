@@ -96,5 +96,10 @@ def wrap(suite, argv: list[str], workdir: str | None, settings: Mapping | None =
         raise ValueError("the suite applies source patches but the launch has no workdir")
     root = checkout_root(workdir, suite.upstream.workdir)
     python = str((settings or {}).get("python") or "python3")
+    argv = list(argv)
+    if argv and posixpath.basename(argv[0]) == "mpirun":
+        # the ranks mpirun starts on other nodes get the applier's export too (their own container ran
+        # the applier before its sshd: see remote/trialcmd.helper_prelude)
+        argv[1:1] = ["-x", "DLPERF_PATCHES_APPLIED"]
     return [python, container_path(APPLIER, settings), "--root", root,
             *[container_path(n, settings) for n in names], "--", *argv]

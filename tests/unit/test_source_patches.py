@@ -104,8 +104,8 @@ def test_wrap_and_checkout_root():
     argv = patches.wrap(suite, ["mpirun", "-np", "8", "python3", "train_horovod.py"],
                         "/workspace/gluon-cv/scripts/classification/imagenet", {})
     assert argv == ["python3", "/dlperf/catalog/dlperf_patch.py", "--root", "/workspace/gluon-cv",
-                    "/dlperf/catalog/gluon-cv-f9a8a28-dlperf-rn50.diff", "--", "mpirun", "-np", "8", "python3",
-                    "train_horovod.py"]
+                    "/dlperf/catalog/gluon-cv-f9a8a28-dlperf-rn50.diff", "--", "mpirun", "-x", "DLPERF_PATCHES_APPLIED",
+                    "-np", "8", "python3", "train_horovod.py"]
     assert patches.wrap(load_suite("pytorch-bert"), ["python3", "x.py"], "/w", {}) == ["python3", "x.py"]
     with pytest.raises(ValueError, match="does not end with upstream.workdir"):
         patches.checkout_root("/opt/elsewhere", "scripts/classification/imagenet")
