@@ -87,9 +87,13 @@ def run(args: argparse.Namespace) -> int:
         kw["inventory"] = args.inventory
     store = Store.from_settings(settings.get("url"), **kw)
     retry = RetryPolicy(attempts=args.retries) if args.retries else None
-    res = store.publish(run_dir, resume=args.resume, retry=retry)
+    res = store.publish(run_dir, resume=args.resume, retry=retry,
+                        on_wait=lambda msg: print(f"dlperf publish: {msg}", file=sys.stderr, flush=True))
+    for item in res.not_published:  # links, hard links, special files, binary logs: named, never followed
+        print(f"dlperf publish: not published: {item.get('path')}: {item.get('reason')}", file=sys.stderr)
     if args.json:
         print(json.dumps({"run_id": res.run_id, "suite": res.suite, "url": res.url,
+                          "not_published": res.not_published,
                           "manifest_key": res.manifest_key, "uploaded": res.uploaded, "skipped": res.skipped,
                           "total_bytes": res.total_bytes, "seconds": round(res.seconds, 3)}, indent=1))
     else:

@@ -150,8 +150,10 @@ def _render(rows, fmt, columns=None, doc=None) -> None:
 # ------------------------------------------------------------------------------ commands
 def cmd_ls(args) -> int:
     store = _store(args)
-    rows = ls_rows(store.list_runs(suite=args.suite, since=args.since), args.framework, args.model, args.status)
-    rows = rows[: args.limit]
+    # only the last --limit matching summaries are held: the index is read in bounded pages
+    runs = store.list_runs(suite=args.suite, since=args.since, limit=args.limit,
+                           where=lambda r: bool(ls_rows([r], args.framework, args.model, args.status)))
+    rows = ls_rows(runs)[: args.limit]
     _render(rows, args.format, ["run_id", "suite", "date", "status", "cells", "valid_trials", "findings"])
     return 0
 

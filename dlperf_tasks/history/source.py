@@ -41,15 +41,25 @@ def resolve_run(store: Any, spec: str, suite: str | None = None) -> str:
     from dlperf_tasks.errors import DlperfError
 
     spec = (spec or "").strip()
-    runs = store.list_runs(suite=suite)
     if spec == "latest":
+        runs = store.list_runs(suite=suite, limit=1)  # one summary held, whatever the index's length
         if not runs:
             raise DlperfError("no runs in the store" + (f" for suite {suite}" if suite else ""))
-        return str(sort_runs(RunView.from_summary(r) for r in runs)[-1].run_id)
-    ids = [str(r.get("run_id")) for r in runs]
-    if spec in ids:
+        return str(runs[-1].get("run_id"))
+    if not spec:
         return spec
-    matches = sorted({i for i in ids if i.startswith(spec)}) if spec else []
+    found: set[str] = set()  # only the ids that start with spec (a streaming pass over the index)
+
+    def match(r: dict) -> bool:
+        rid = str(r.get("run_id"))
+        if rid.startswith(spec):
+            found.add(rid)
+        return False
+
+    store.list_runs(suite=suite, where=match)
+    if spec in found:
+        return spec
+    matches = sorted(found)
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:

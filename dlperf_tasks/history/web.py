@@ -133,10 +133,10 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
     @app.get("/api/runs")
     def api_runs(suite: str | None = None, limit: int = Query(RECENT_RUNS, ge=1, le=1000), viewer: Viewer = V):
         try:
-            runs = [r for r in store().list_runs(suite=suite) if viewer.can_read(r.get("suite"))]
+            runs = store().list_runs(suite=suite, limit=limit, where=lambda r: viewer.can_read(r.get("suite")))
         except DlperfError as exc:
             raise fail(exc) from None
-        return JSONResponse(runs[-limit:])
+        return JSONResponse(runs)
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request, viewer: Viewer = V):
@@ -148,15 +148,15 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
             for suite in st.suites():
                 if not viewer.can_read(suite):
                     continue
-                runs = st.list_runs(suite=suite)
-                rows = ls_rows(runs)[:RECENT_RUNS]
+                runs, total = _recent(st, suite, RECENT_RUNS)  # the index read in bounded pages
+                rows = ls_rows(runs)
                 by_id = {r["run_id"]: r for r in runs}
                 for row in rows:
                     badge = by_id[row["run_id"]].get("regressions")
                     row["checked"] = badge is not None
                     row["finding_cells"] = (badge or {}).get("cells", [])
                 suites.append({"suite": suite, "framework": runs[-1].get("framework") if runs else None,
-                               "total": len(runs), "runs": rows})
+                               "total": total, "runs": rows})
         except DlperfError as exc:
             error = f"store unavailable: {exc}"
         return page(request, "index.html", viewer, suites=suites, error=error)
@@ -202,8 +202,8 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
         try:
             st = store()
             found = [r for suite in st.suites() if viewer.can_read(suite) and dag_of(suite) in (dag_id, None)
-                     for r in st.list_runs(suite=suite)
-                     if (r.get("env") or {}).get("dag_run_id") == dag_run_id or r.get("dag_run_id") == dag_run_id]
+                     for r in st.list_runs(suite=suite, where=lambda r: dag_run_id in (
+                         (r.get("env") or {}).get("dag_run_id"), r.get("dag_run_id")))]
         except DlperfError as exc:
             raise fail(exc) from None
         if not found:
@@ -287,7 +287,7 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
         except DlperfError as exc:
             raise fail(exc) from None
         doc = compare_runs(ra, rb, history)
-        choices = [r["run_id"] for r in reversed(store().list_runs(suite=suite))][:200]
+        choices = [r["run_id"] for r in reversed(store().list_runs(suite=suite, limit=200))]
         return page(request, "compare.html", viewer, a=a, b=b, suite=suite, rows=compare_rows(doc),
                     note=verdict_note(doc), env_diff=doc["env_diff"], choices=choices)
 
@@ -336,13 +336,30 @@ def _safe(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text)[:120]
 
 
-def _previous_run(store: Any, suite: str, run_id: str) -> str | None:
-    """The run of ``suite`` published just before ``run_id`` (index order), or None."""
-    from dlperf_tasks.history.runs import RunView, sort_runs
+def _recent(store: Any, suite: str, n: int) -> tuple[list[dict], int]:
+    """The last ``n`` runs of ``suite`` and how many it has, holding only ``n`` summaries."""
+    count = 0
 
-    views = sort_runs(RunView.from_summary(r) for r in store.list_runs(suite=suite))
-    ids = [v.run_id for v in views]
-    if run_id not in ids:
+    def counted(_row: dict) -> bool:
+        nonlocal count
+        count += 1
+        return True
+
+    runs = store.list_runs(suite=suite, limit=n, where=counted)
+    return runs, count
+
+
+def _previous_run(store: Any, suite: str, run_id: str) -> str | None:
+    """The run of ``suite`` published just before ``run_id`` (index order), or None. Two
+    passes over the index, one summary held at a time."""
+    from dlperf_tasks.history.runs import RunView
+
+    def key(r: dict) -> tuple:
+        return RunView.from_summary(r).sort_key
+
+    this = store.list_runs(suite=suite, limit=1, where=lambda r: str(r.get("run_id")) == run_id)
+    if not this:
         return None
-    i = ids.index(run_id)
-    return ids[i - 1] if i > 0 else None
+    mine = key(this[0])
+    before = store.list_runs(suite=suite, limit=1, where=lambda r: key(r) < mine)
+    return str(before[0]["run_id"]) if before else None

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator, Mapping
 
 from dlperf_tasks.errors import StoreError
+from dlperf_tasks.store.limits import Limits, read_bounded
 
 CHUNK = 1 << 20
 # objects bigger than this go up as S3 multipart uploads (streamed, 16 MiB parts)
@@ -93,8 +94,9 @@ class Backend:
     def head(self, key: str, with_checksum: bool = True) -> ObjectInfo | None:
         raise NotImplementedError
 
-    def get_bytes(self, key: str) -> tuple[bytes, str | None]:
-        """(content, etag); NotFound if missing."""
+    def get_bytes(self, key: str, max_bytes: int | None = None) -> tuple[bytes, str | None]:
+        """(content, etag); NotFound if missing. With ``max_bytes``: never reads more than
+        that plus one byte (StoreError when the object is bigger; see store/limits.py)."""
         raise NotImplementedError
 
     def open(self, key: str) -> IO[bytes]:
@@ -200,10 +202,14 @@ class LocalBackend(Backend):
         digest = sha256_file(p) if with_checksum else None
         return ObjectInfo(key=key, size=st.st_size, etag=digest, sha256=digest)
 
-    def get_bytes(self, key):
+    def get_bytes(self, key, max_bytes=None):
         p = self._path(key)
         try:
-            data = p.read_bytes()
+            if max_bytes is None:
+                data = p.read_bytes()
+            else:
+                with open(p, "rb") as f:
+                    data = read_bounded(f, max_bytes, self.describe(key))
         except FileNotFoundError:
             raise NotFound(f"{self.describe(key)}: no such object") from None
         except OSError as exc:
@@ -333,7 +339,8 @@ class S3Backend(Backend):
             cfg = Config(
                 s3={"addressing_style": s.addressing_style},
                 retries={"max_attempts": max(1, int(s.max_attempts)), "mode": "standard"},
-                connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
+                # one socket read waits at most the stall timeout (a dripping body fails in time)
+                connect_timeout=s.connect_timeout, read_timeout=min(s.read_timeout, Limits.from_env().stall_s),
                 signature_version="s3v4",
                 request_checksum_calculation="when_required",
                 response_checksum_validation="when_required",
@@ -445,12 +452,15 @@ class S3Backend(Backend):
         return ObjectInfo(key=key, size=int(r.get("ContentLength", 0)), etag=r.get("ETag"),
                           sha256=meta.get("sha256"))
 
-    def get_bytes(self, key):
+    def get_bytes(self, key, max_bytes=None):
         try:
             r = self.client.get_object(Bucket=self.bucket, Key=key)
-            return r["Body"].read(), r.get("ETag")
+            if max_bytes is None:
+                return r["Body"].read(), r.get("ETag")
         except Exception as exc:
             raise self._error(exc, key, "GET") from None
+        with _BodyReader(r["Body"]) as body:  # bounded, with the stall rule (store/limits.py)
+            return read_bounded(body, max_bytes, self.describe(key)), r.get("ETag")
 
     def open(self, key):
         try:
@@ -478,9 +488,17 @@ class _BodyReader(io.RawIOBase):
 
     def __init__(self, body):
         self._body = body
+        self._raw = getattr(body, "_raw_stream", None)  # urllib3's response: read1 returns what arrived
 
     def readable(self) -> bool:
         return True
+
+    def read1(self, n: int = -1) -> bytes:
+        """At most ``n`` bytes, as soon as some arrived (one socket read): the caller checks
+        the deadline and the progress between reads (store/limits.py)."""
+        if self._raw is not None and hasattr(self._raw, "read1"):
+            return self._raw.read1(n if n and n > 0 else CHUNK)
+        return self._body.read(n if n and n > 0 else CHUNK)
 
     def readinto(self, b) -> int:
         data = self._body.read(len(b))

@@ -23,11 +23,13 @@ a concurrent publisher's entry is never lost, and re-publishing a run replaces i
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from dlperf_tasks.errors import StoreError
 from dlperf_tasks.store.backends import Backend, NotFound
 from dlperf_tasks.store.cas import update_document
+from dlperf_tasks.store.index_stream import iter_index_runs
+from dlperf_tasks.store.limits import Limits, check_size, pieces
 
 INDEX_SCHEMA_VERSION = 1
 _CELL_KEYS = ("median_speed", "average_speed", "speedup", "n_valid", "n_invalid", "metric_kind", "unit",
@@ -88,13 +90,43 @@ def parse_index(data: bytes, where: str) -> dict:
     return doc
 
 
+def _index_size(backend: Backend, key: str, limits: Limits) -> bool:
+    """False when the index does not exist; StoreError when it is above the bound (checked
+    with HEAD/stat before anything is read)."""
+    info = backend.head(key, with_checksum=False)
+    if info is None:
+        return False
+    check_size(info.size, limits.max_index_bytes, backend.describe(key), "the index",
+               "DLPERF_STORE_MAX_INDEX_BYTES")
+    return True
+
+
 def read_index(backend: Backend, key: str, suite: str) -> tuple[dict, str | None]:
-    """(index document, etag); an empty index when the key does not exist yet."""
+    """(index document, etag); an empty index when the key does not exist yet. Its size is
+    checked first and the read never goes past the bound (store/limits.py)."""
+    limits = Limits.from_env()
     try:
-        data, etag = backend.get_bytes(key)
+        if not _index_size(backend, key, limits):
+            raise NotFound(key)
+        data, etag = backend.get_bytes(key, max_bytes=limits.max_index_bytes)
     except NotFound:
         return {"schema_version": INDEX_SCHEMA_VERSION, "suite": suite, "runs": []}, None
     return parse_index(data, backend.describe(key)), etag
+
+
+def iter_index(backend: Backend, key: str) -> Iterator[dict]:
+    """The run summaries of the index at ``key`` one by one, read in bounded pages (nothing
+    when it does not exist). See store/index_stream.py."""
+    limits = Limits.from_env()
+    try:
+        if not _index_size(backend, key, limits):
+            return
+        src = backend.open(key)
+    except NotFound:
+        return
+    where = backend.describe(key)
+    with src:
+        yield from iter_index_runs(pieces(src, limits.max_index_bytes, where), where)
 
 
 def _merged(doc: dict, summary: Mapping[str, Any]) -> dict:

@@ -25,6 +25,7 @@ from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import Backend, PreconditionFailed
 from dlperf_tasks.store.index import run_summary, update_index
 from dlperf_tasks.store.redact import Redactor
+from dlperf_tasks.store.runfiles import publish_lock
 from dlperf_tasks.store.spool import Spool
 
 
@@ -70,6 +71,8 @@ class PublishResult:
     uploaded: list[str] = field(default_factory=list)  # keys written by this call
     skipped: list[str] = field(default_factory=list)  # keys already present with the same checksum
     spool: str = ""
+    # run-dir files not published, each {"path", "reason"}: links, hard links, special files, binary logs
+    not_published: list[dict] = field(default_factory=list)
     total_bytes: int = 0
     seconds: float = 0.0
 
@@ -114,11 +117,24 @@ def upload_object(backend: Backend, key: str, path: Path, size: int, sha256: str
 
 def publish_run(store: StoreLocation, run_dir: str | Path, *, redactor: Redactor | None = None,
                 resume: bool = False, policy: RetryPolicy | None = None,
-                on_uploaded: Callable[[str, int], None] | None = None) -> PublishResult:
+                on_uploaded: Callable[[str, int], None] | None = None,
+                on_wait: Callable[[str], None] | None = None) -> PublishResult:
     """Publish ``run_dir`` to ``store`` (see module docstring).
 
     ``on_uploaded(key, n)`` is called after the n-th object (1-based) was written or found
-    identical; tests use it to take the server down between objects."""
+    identical; tests use it to take the server down between objects. Publishes of one run
+    directory are serialised (store/runfiles.py: publish_lock); ``on_wait(message)`` is told
+    when this one waits for another."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise StoreError(f"run directory {run_dir} does not exist")
+    with publish_lock(run_dir, on_wait=on_wait):
+        return _publish_locked(store, run_dir, redactor=redactor, resume=resume, policy=policy,
+                               on_uploaded=on_uploaded)
+
+
+def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor | None, resume: bool,
+                    policy: RetryPolicy | None, on_uploaded: Callable[[str, int], None] | None) -> PublishResult:
     t0 = time.monotonic()
     policy = policy or store.retry
     run_dir = Path(run_dir)
@@ -177,6 +193,7 @@ def publish_run(store: StoreLocation, run_dir: str | Path, *, redactor: Redactor
         url=backend.url(layout.run_prefix(spool.suite, spool.date, spool.run_id).rstrip("/")),
         manifest_key=layout.manifest_key(spool.suite, spool.date, spool.run_id),
         uploaded=uploaded, skipped=skipped, spool=str(spool.root),
+        not_published=list(spool.manifest.get("skipped") or []),
         total_bytes=sum(e["size"] for e in entries), seconds=time.monotonic() - t0)
 
 

@@ -34,6 +34,7 @@ from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import sha256_file
 from dlperf_tasks.store.leakscan import scan_spool
 from dlperf_tasks.store.redact import Redactor, Secrets, read_node_identities
+from dlperf_tasks.store.runfiles import NotRegular, open_binary, open_text, walk
 
 SPOOL_DIR = "publish-spool"
 MANIFEST_SCHEMA_VERSION = 1
@@ -49,7 +50,7 @@ def content_type(rel: str) -> str:
 
 
 def _is_binary(path: Path) -> bool:
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         return b"\x00" in f.read(8192)
 
 
@@ -175,7 +176,16 @@ class Spool:
         # what prepare learnt about every node (node_identity), and this machine's own names
         redactor = redactor.with_identities(read_node_identities(run_dir))
         result_path = run_dir / L.RESULT
-        result = _read_json(result_path, f"run directory {run_dir}")
+        try:  # a link, hard link or special file is refused: its content may come from outside the run
+            with open_text(result_path, encoding="utf-8") as f:
+                result = json.loads(f.read())
+        except FileNotFoundError:
+            raise StoreError(f"run directory {run_dir}: {result_path} not found") from None
+        except NotRegular as exc:
+            raise StoreError(f"{result_path}: {exc.reason}; refusing to publish (result.json must be a regular "
+                             f"file of the run directory)") from None
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"run directory {run_dir}: cannot read {result_path}: {exc}") from None
         run = result.get("run") if isinstance(result, dict) else None
         if not isinstance(run, dict) or not run.get("run_id") or not run.get("suite"):
             raise StoreError(f"{result_path}: 'run.run_id' and 'run.suite' are required to publish")
@@ -186,6 +196,9 @@ class Spool:
 
         root = run_dir / SPOOL_DIR
         objects = root / "objects"
+        for p in (root, objects, root / "local-only"):
+            if p.is_symlink():
+                raise StoreError(f"{p}: is a symbolic link; refusing to build the publish spool through it")
         if objects.exists():
             shutil.rmtree(objects)
         objects.mkdir(parents=True)
@@ -193,28 +206,30 @@ class Spool:
         entries: list[dict] = []
         skipped: list[dict] = []
 
-        # logs first (placeholder numbering follows the sorted log tree, then result, report)
-        logs_src = run_dir / L.LOGS_DIR
+        # logs first (placeholder numbering follows the sorted log tree, then result, report);
+        # links, hard links and special files are skipped and named (store/runfiles.py)
+        log_files, refused = walk(run_dir, L.LOGS_DIR)
+        for item in refused:
+            skipped.append({"path": redactor.redact_path(item["path"]), "reason": item["reason"]})
         log_rels: list[str] = []
-        if logs_src.is_dir():
-            for p in sorted(logs_src.rglob("*")):
-                if not p.is_file() or p.is_symlink():
-                    continue
-                rel_src = p.relative_to(run_dir).as_posix()
+        for rel_src in log_files:
+            p = run_dir / rel_src
+            try:
                 if redactor.enabled and _is_binary(p):
                     skipped.append({"path": redactor.redact_path(rel_src),
                                     "reason": "binary file: cannot be redacted"})
                     continue
                 rel = redactor.redact_path(rel_src)
                 L.validate_relpath(rel)
-                dest = objects / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                _redact_file(redactor, p, dest)
-                log_rels.append(rel)
-            if log_rels:
-                _make_tar(objects / L.LOGS_TAR, objects, log_rels)
-                entries.append(_entry(objects, L.LOGS_TAR))
-                entries.extend(_entry(objects, r) for r in log_rels)
+                _redact_file(redactor, p, objects / rel)
+            except NotRegular as exc:  # swapped for a link after the walk
+                skipped.append({"path": redactor.redact_path(rel_src), "reason": exc.reason})
+                continue
+            log_rels.append(rel)
+        if log_rels:
+            _make_tar(objects / L.LOGS_TAR, objects, log_rels)
+            entries.append(_entry(objects, L.LOGS_TAR))
+            entries.extend(_entry(objects, r) for r in log_rels)
 
         _redact_file(redactor, result_path, objects / L.RESULT)
         try:
@@ -223,20 +238,29 @@ class Spool:
             raise StoreError(f"{result_path}: redaction produced invalid JSON ({exc})") from None
         entries.append(_entry(objects, L.RESULT))
 
-        report = run_dir / L.REPORT
-        if report.is_file():
-            _redact_file(redactor, report, objects / L.REPORT)
-            entries.append(_entry(objects, L.REPORT))
+        report_files, refused = walk(run_dir, L.REPORT)
+        skipped.extend(refused)
+        if report_files:
+            try:
+                _redact_file(redactor, run_dir / L.REPORT, objects / L.REPORT)
+                entries.append(_entry(objects, L.REPORT))
+            except NotRegular as exc:
+                skipped.append({"path": L.REPORT, "reason": exc.reason})
 
-        plots = run_dir / L.PLOTS_DIR
-        if plots.is_dir():
-            for p in sorted(plots.rglob("*")):
-                if p.is_file() and not p.is_symlink():
-                    rel = redactor.redact_path(p.relative_to(run_dir).as_posix())
-                    L.validate_relpath(rel)
-                    (objects / rel).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(p, objects / rel)
-                    entries.append(_entry(objects, rel))
+        plot_files, refused = walk(run_dir, L.PLOTS_DIR)
+        skipped.extend({"path": redactor.redact_path(i["path"]), "reason": i["reason"]} for i in refused)
+        for rel_src in plot_files:
+            rel = redactor.redact_path(rel_src)
+            L.validate_relpath(rel)
+            (objects / rel).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with open_binary(run_dir / rel_src) as src, open(objects / rel, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            except NotRegular as exc:
+                (objects / rel).unlink(missing_ok=True)
+                skipped.append({"path": rel, "reason": exc.reason})
+                continue
+            entries.append(_entry(objects, rel))
 
         manifest = {
             "schema_version": MANIFEST_SCHEMA_VERSION,
@@ -294,6 +318,6 @@ def _make_tar(dest: Path, base: Path, rels: list[str]) -> None:
 def _redact_file(redactor: Redactor, src_path: Path, dest: Path) -> None:
     """Stream ``src_path`` through the redactor into ``dest`` (bounded memory, any line length)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with open(src_path, encoding="utf-8", errors="surrogateescape", newline="") as src, \
+    with open_text(src_path, encoding="utf-8", errors="surrogateescape", newline="") as src, \
             open(dest, "w", encoding="utf-8", errors="surrogateescape", newline="") as dst:
         redactor.redact_stream(src, dst)

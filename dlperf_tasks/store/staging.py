@@ -19,11 +19,15 @@ reaches the published prefix). A re-run overwrites nothing valid: a staged valid
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from dlperf_tasks.store.backends import NotFound, sha256_file
+from dlperf_tasks.store.runfiles import LOCK_NAME, walk
+
+log = logging.getLogger(__name__)
 
 # never staged: the publish spool (redacted copies + the local-only redaction map), temp files
 _EXCLUDED_DIRS = ("publish-spool", "local-only")
@@ -51,11 +55,17 @@ def rebase_run_set(run_set: Mapping[str, Any] | None, work_dir: str | os.PathLik
 
 
 def _local_files(run_dir: Path) -> list[str]:
+    """The run dir's regular files; links, hard links and special files are skipped and named
+    in the log, never followed (store/runfiles.py), as are temp files and the publish lock."""
+    files, refused = walk(run_dir, "")
+    for item in refused:
+        if item["path"].split("/", 1)[0] not in _EXCLUDED_DIRS:
+            log.warning("staging: not pushed: %s: %s", item["path"], item["reason"])
     out = []
-    for p in sorted(run_dir.rglob("*")):
-        if not p.is_file() or p.name.endswith(".tmp") or p.name.startswith(".tmp-"):
+    for rel in files:
+        name = rel.rsplit("/", 1)[-1]
+        if name.endswith(".tmp") or name.startswith(".tmp-") or name == LOCK_NAME:
             continue
-        rel = p.relative_to(run_dir).as_posix()
         if rel.split("/", 1)[0] in _EXCLUDED_DIRS:
             continue
         out.append(rel)

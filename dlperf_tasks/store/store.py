@@ -3,21 +3,24 @@ read API. See :mod:`dlperf_tasks.store` for the overview."""
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import urllib.parse
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from dlperf_tasks.errors import StoreError
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import (Backend, LocalBackend, NotFound, S3Backend, s3_settings, sha256_bytes,
-                                         sha256_file, settings_from_connection)
-from dlperf_tasks.store.index import read_index
+                                         settings_from_connection)
+from dlperf_tasks.store.index import iter_index, read_index
+from dlperf_tasks.store.limits import Limits, check_size
 from dlperf_tasks.store.publish import PublishResult, RetryPolicy, publish_run
 from dlperf_tasks.store.redact import Redactor
 
 DEFAULT_REDACTION = ("ips", "hostnames", "users")
+POINTER_MAX = 64 << 10  # a run pointer is ~200 bytes
 _S3_QUERY_KEYS = {"endpoint", "endpoint_url", "region", "addressing_style", "conditional_writes",
                   "connect_timeout", "read_timeout", "max_attempts"}
 
@@ -174,12 +177,13 @@ class Store:
     # ------------------------------------------------------------------ publish
     def publish(self, run_dir: str | os.PathLike, *, inventory: Any = None, resume: bool = False,
                 retry: RetryPolicy | None = None,
-                on_uploaded: Callable[[str, int], None] | None = None) -> PublishResult:
+                on_uploaded: Callable[[str, int], None] | None = None,
+                on_wait: Callable[[str], None] | None = None) -> PublishResult:
         """Publish a run directory (see :mod:`dlperf_tasks.store.publish`). Returns a
         :class:`PublishResult` (``str(result)`` = the run's URL)."""
         redactor = None if resume else self.redactor(inventory)
         return publish_run(self, run_dir, redactor=redactor, resume=resume, policy=retry or self.retry,
-                           on_uploaded=on_uploaded)
+                           on_uploaded=on_uploaded, on_wait=on_wait)
 
     # ------------------------------------------------------------------ read API
     def suites(self) -> list[str]:
@@ -196,34 +200,46 @@ class Store:
         doc, _ = read_index(self.backend, self.layout.index_key(suite), suite)
         return doc
 
+    def iter_runs(self, suite: str) -> Iterator[dict]:
+        """The run summaries of a suite's index one by one, read in bounded pages (an index
+        of any length is never held whole; its size is checked first)."""
+        return iter_index(self.backend, self.layout.index_key(suite))
+
     def list_runs(self, suite: str | None = None, since: Any = None, status: str | Iterable[str] | None = None,
-                  limit: int | None = None) -> list[dict]:
+                  limit: int | None = None, where: Callable[[dict], bool] | None = None) -> list[dict]:
         """Run summaries from the index (no listing of runs), oldest first.
 
         ``since``: a date/datetime/ISO string; keeps runs started on or after it.
-        ``status``: ``"ok"`` or a list (``ok``/``partial``/``failed``). ``limit``: the last N."""
+        ``status``: ``"ok"`` or a list (``ok``/``partial``/``failed``). ``where``: any other
+        filter. ``limit``: the last N (then only N summaries are ever held, whatever the
+        index's length)."""
         suites = [suite] if suite else self.suites()
         since_s = _iso(since)
         statuses = {status} if isinstance(status, str) else (set(status) if status else None)
-        runs: list[dict] = []
-        for s in suites:
-            for r in self.read_index(s)["runs"]:
-                when = str(r.get("started_at") or r.get("date") or "")
-                if since_s and _cmp_key(when) < _cmp_key(since_s):
-                    continue
-                if statuses and r.get("status") not in statuses:
-                    continue
-                runs.append(r)
-        runs.sort(key=lambda r: (str(r.get("started_at") or r.get("date") or ""), str(r.get("run_id"))))
+
+        def keep() -> Iterator[dict]:
+            for s in suites:
+                for r in self.iter_runs(s):
+                    when = str(r.get("started_at") or r.get("date") or "")
+                    if since_s and _cmp_key(when) < _cmp_key(since_s):
+                        continue
+                    if statuses and r.get("status") not in statuses:
+                        continue
+                    if where is not None and not where(r):
+                        continue
+                    yield r
+
         if limit is not None:
-            runs = runs[-int(limit):] if limit > 0 else []
-        return runs
+            if limit <= 0:
+                return []
+            return sorted(heapq.nlargest(int(limit), keep(), key=_run_order), key=_run_order)
+        return sorted(keep(), key=_run_order)
 
     def locate(self, run_id: str, suite: str | None = None) -> dict:
         """``{run_id, suite, date, path}`` of a run (one read of its pointer object)."""
         L.validate_run_id(run_id)
         try:
-            data, _ = self.backend.get_bytes(self.layout.pointer_key(run_id))
+            data, _ = self.backend.get_bytes(self.layout.pointer_key(run_id), max_bytes=POINTER_MAX)
             ptr = json.loads(data)
             if suite is None or ptr.get("suite") == suite:
                 return ptr
@@ -232,7 +248,7 @@ class Store:
         except ValueError:
             raise StoreError(f"{self.backend.describe(self.layout.pointer_key(run_id))}: not valid JSON") from None
         for s in ([suite] if suite else self.suites()):  # fallback: the indexes
-            for r in self.read_index(s)["runs"]:
+            for r in self.iter_runs(s):
                 if r.get("run_id") == run_id:
                     return {"run_id": run_id, "suite": r["suite"], "date": r["date"], "path": r["path"]}
         raise StoreError(f"run {run_id!r} not found in {self.url()}" + (f" (suite {suite})" if suite else ""))
@@ -244,22 +260,37 @@ class Store:
     def read_manifest(self, run_id: str, suite: str | None = None) -> dict:
         """The run's manifest; StoreError if the run is incomplete (no manifest)."""
         key = self.run_key(run_id, L.MANIFEST, suite)
+        where = self.backend.describe(key)
+        limits = Limits.from_env()
         try:
-            data, _ = self.backend.get_bytes(key)
+            info = self.backend.head(key, with_checksum=False)  # its size, before reading it
+            if info is None:
+                raise NotFound(where)
+            check_size(info.size, limits.max_doc_bytes, where, "the manifest", "DLPERF_STORE_MAX_DOC_BYTES")
+            data, _ = self.backend.get_bytes(key, max_bytes=limits.max_doc_bytes)
         except NotFound:
-            raise StoreError(f"run {run_id} is incomplete: {self.backend.describe(key)} does not exist") from None
+            raise StoreError(f"run {run_id} is incomplete: {where} does not exist") from None
         try:
-            return json.loads(data)
+            doc = json.loads(data)
         except ValueError as exc:
-            raise StoreError(f"{self.backend.describe(key)}: manifest is not valid JSON ({exc})") from None
+            raise StoreError(f"{where}: manifest is not valid JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise StoreError(f"{where}: manifest is not a JSON object")
+        return doc
 
     def read_object(self, run_id: str, rel: str, suite: str | None = None, verify: bool = True) -> bytes:
         """Bytes of ``rel`` in a run, checked against the manifest's sha256 and size."""
         key = self.run_key(run_id, rel, suite)
-        data, _ = self.backend.get_bytes(key)
-        if verify:
-            entry = _manifest_entry(self.read_manifest(run_id, suite), rel, self.backend.describe(key))
-            _verify(self.backend.describe(key), entry, len(data), sha256_bytes(data))
+        where = self.backend.describe(key)
+        bound = Limits.from_env().max_doc_bytes
+        if not verify:
+            return self.backend.get_bytes(key, max_bytes=bound)[0]
+        # the manifest first: its size for the object is checked before the object is read,
+        # and the read never goes past it (plus one byte)
+        entry = _manifest_entry(self.read_manifest(run_id, suite), rel, where)
+        check_size(entry.get("size"), bound, where, rel, "DLPERF_STORE_MAX_DOC_BYTES")
+        data, _ = self.backend.get_bytes(key, max_bytes=entry["size"])
+        _verify(where, entry, len(data), sha256_bytes(data))
         return data
 
     def read_result(self, run_id: str, suite: str | None = None) -> dict:
@@ -277,30 +308,9 @@ class Store:
         """Download every object of the manifest into ``to_dir`` (plus manifest.json),
         verifying size and sha256 of each; returns ``to_dir``. A mismatch raises StoreError
         naming the key and both checksums (the bad file is not left behind)."""
-        manifest = self.read_manifest(run_id, suite)
-        loc = self.locate(run_id, suite)
-        dest = Path(to_dir)
-        dest.mkdir(parents=True, exist_ok=True)
-        for e in manifest.get("objects", []):
-            rel = L.validate_relpath(e["path"])
-            key = self.layout.key_for_path(loc["path"], rel)
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(target.name + ".part")
-            with self.backend.open(key) as src, open(tmp, "wb") as out:
-                while True:
-                    block = src.read(1 << 20)
-                    if not block:
-                        break
-                    out.write(block)
-            try:
-                _verify(self.backend.describe(key), e, tmp.stat().st_size, sha256_file(tmp))
-            except StoreError:
-                tmp.unlink()
-                raise
-            os.replace(tmp, target)
-        (dest / L.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-        return dest
+        from dlperf_tasks.store.fetch import get_run
+
+        return get_run(self, run_id, to_dir, suite)
 
     def open_object(self, key: str) -> IO[bytes]:
         """A binary file object for ``key`` relative to the store prefix (e.g. an index
@@ -335,7 +345,8 @@ class Store:
         """The document stored by :meth:`annotate_run`; None when there is none."""
         loc = self.locate(run_id, suite)
         try:
-            data, _ = self.backend.get_bytes(self.layout.key_for_path(loc["path"], L.Layout.annotation_rel(name)))
+            data, _ = self.backend.get_bytes(self.layout.key_for_path(loc["path"], L.Layout.annotation_rel(name)),
+                                             max_bytes=Limits.from_env().max_doc_bytes)
         except NotFound:
             return None
         try:
@@ -376,6 +387,10 @@ def _retry_from(cfg: dict) -> RetryPolicy | None:
             except (TypeError, ValueError):
                 raise StoreError(f"store setting {k}: expected a number, got {v!r}") from None
     return RetryPolicy(**kw) if kw else None
+
+
+def _run_order(r: Mapping[str, Any]) -> tuple[str, str]:
+    return (str(r.get("started_at") or r.get("date") or ""), str(r.get("run_id")))
 
 
 def _iso(v: Any) -> str | None:
