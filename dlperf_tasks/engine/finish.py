@@ -82,9 +82,21 @@ def publish_run(store, rd: RunDir, settings) -> str:
     from dlperf_tasks.errors import StoreError
 
     try:
-        return str(store.publish(rd.path, inventory=None if settings.is_local else settings.cluster))
+        return str(store.publish(rd.path, inventory=None if settings.is_local else _resolved_inventory(settings)))
     except StoreError as exc:
         raise Retriable(f"publish {rd.run_id} to {safe_url(settings.store_url)}: {exc}") from None
+
+
+def _resolved_inventory(settings):
+    """The inventory with its credentials resolved as the trials resolved them (connections
+    included), so the pre-publish leak check knows every secret they could print; its path when
+    they cannot be resolved here (the inventory file's own secrets are still read)."""
+    from dlperf_tasks.errors import DlperfError
+
+    try:
+        return load_cluster(settings)
+    except (DlperfError, NonRetriable, Retriable):
+        return settings.cluster
 
 
 def publish(run_set: Mapping[str, Any], summaries: list[Mapping[str, Any]], settings, group: str = "",

@@ -5,8 +5,9 @@ tokens and every token is classified by hand-written checks (``ipaddress`` for a
 character-class tests for MACs and GUIDs, key/value and flag inspection for credentials),
 plus two exact lists: the *known* names and addresses of the nodes (node facts, inventory,
 matched per token and per dot-prefix, any case) and *planted* secrets (the store's secret key,
-registry and SSH passwords from the publishing process' environment, matched as substrings
-and never echoed). Placeholders (``<ip-3>``, ``_host-1_``) are clean by definition.
+registry and SSH passwords from the publishing process' environment, and every secret the
+process resolved from connections and the inventory, :mod:`dlperf_tasks.resolved_secrets`;
+matched as substrings and never echoed). Placeholders (``<ip-3>``, ``_host-1_``) are clean by definition.
 
     scanner = LeakScanner(known=["dgx-a100-017", "0c:42:a1:11:22:33"], planted=[secret])
     scanner.scan_line("peer 10.1.2.3")     # [("IPv4 address", "10.1.2.3")]
@@ -321,7 +322,9 @@ def _secret_like(value: str) -> bool:
 
 def scan_spool(spool, known: Iterable[str] = (), planted: Iterable[str] = ()) -> None:
     """Scan every object of a :class:`~dlperf_tasks.store.spool.Spool` (tarball members too)."""
-    scanner = LeakScanner(known, list(planted) + planted_from_environment())
+    from dlperf_tasks import resolved_secrets
+
+    scanner = LeakScanner(known, list(planted) + planted_from_environment() + resolved_secrets.values())
     listed = {e["path"]: e["sha256"] for e in spool.manifest["objects"]}
     for e in spool.manifest["objects"]:
         rel = e["path"]

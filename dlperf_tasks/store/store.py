@@ -9,6 +9,7 @@ import urllib.parse
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Mapping
 
+from dlperf_tasks import resolved_secrets
 from dlperf_tasks.errors import StoreError
 from dlperf_tasks.safeurl import refusal, safe_url
 from dlperf_tasks.store import layout as L
@@ -137,11 +138,13 @@ class Store:
         if kind != "s3":
             raise StoreError(f"store type {kind!r} unknown (use 's3' or 'local')")
         if conn is not None:
+            resolved_secrets.remember_connection(conn)  # the pre-publish leak check refuses them
             from_conn = settings_from_connection(conn)
             prefix = prefix or str(from_conn.pop("prefix", "") or "")
             from_conn.pop("prefix", None)
             cfg = {**from_conn, **{k: v for k, v in cfg.items() if v not in (None, "")}}
         s3 = s3_settings(cfg)
+        resolved_secrets.remember(s3.secret_access_key, s3.session_token)
         url = _s3_url(s3, prefix)
         return cls(S3Backend(s3), prefix, url=url, **common)
 
