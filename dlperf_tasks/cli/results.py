@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dlperf_tasks.errors import DlperfError
 from dlperf_tasks.cli._args import positive_int
+from dlperf_tasks.cli._term import escape
 from dlperf_tasks.history.rows import compare_rows, ls_rows, show_rows, verdict_note
 
 _EPILOG = """examples:
@@ -138,7 +139,9 @@ def _store(args):
 
 
 def _print(text: str) -> None:
-    sys.stdout.write(text.rstrip("\n") + "\n")
+    """One block of output, its control characters escaped (run ids, env values, notes and
+    findings come from a store that may be hostile; JSON already escapes them)."""
+    sys.stdout.write(escape(text.rstrip("\n")) + "\n")
 
 
 def _render(rows, fmt, columns=None, doc=None) -> None:
