@@ -61,7 +61,18 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
 
 
+#: the longest argument any command takes (a path, a comma list of nodes): longer ones are refused
+#: before parsing, in one line (a 100 kB --catalog-dir used to end in a traceback)
+MAX_ARG_CHARS = 64 * 1024
+
+
 def _main(argv: list[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for i, arg in enumerate(argv, 1):
+        if len(arg) > MAX_ARG_CHARS:
+            print(f"dlperf: error: argument {i} ({arg[:24]!r}...) is {len(arg)} characters long; "
+                  f"at most {MAX_ARG_CHARS} are accepted", file=sys.stderr)
+            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
