@@ -32,33 +32,55 @@ MAX_TRIALS_PER_CELL = 100
 MAX_NODES = 4096
 MAX_GPUS_PER_NODE = 64
 MAX_PLAN_TRIALS = 100_000
+MAX_BATCH_SIZE = 1 << 20  # samples per device; 10**24 used to be planned (issue 27.10)
+MAX_ITERS = 10_000_000  # warm-up or measured steps of one trial
+MAX_LIST_ITEMS = 4096  # items of one comma-separated override
+_MAXIMA = {"trials": MAX_TRIALS_PER_CELL, "warmup_iters": MAX_ITERS, "measure_iters": MAX_ITERS,
+           "batch_sizes": MAX_BATCH_SIZE}
 PRECISIONS = ("fp32", "amp")
 _PRECISION_ALIASES = {"fp32": "fp32", "amp": "amp", "fp16": "amp"}
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _XLA_WORDS = {"on": (True,), "off": (False,), "both": (False, True), "true": (True,), "false": (False,)}
 
 
-def _split(value: Any) -> list[str]:
-    """``"a, b"`` or ``["a", "b"]`` -> ``["a", "b"]`` (empty items dropped)."""
+def short(value: Any, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters (an error line never echoes 100 kB)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
+
+
+def _split(value: Any, what: str = "list") -> list[str]:
+    """``"a, b"`` or ``["a", "b"]`` -> ``["a", "b"]`` (empty items dropped; at most
+    :data:`MAX_LIST_ITEMS`)."""
     if isinstance(value, str):
-        items = value.split(",")
+        items = value.split(",", MAX_LIST_ITEMS)
     elif isinstance(value, (list, tuple)):
-        items = [str(v) for v in value]
+        items = [str(v) for v in value[:MAX_LIST_ITEMS + 1]]
     else:
         items = [str(value)]
+    if len(items) > MAX_LIST_ITEMS:
+        raise PlanError(f"{what}: more than {MAX_LIST_ITEMS} items")
     return [i.strip() for i in items if str(i).strip()]
+
+
+def _bounded(n: int, what: str) -> int:
+    top = _MAXIMA.get(what)
+    if top is not None and n > top:
+        unit = {"trials": " trials per cell", "batch_sizes": " samples per device"}.get(what, " steps")
+        raise PlanError(f"{what}: {short(n)} is more than the maximum of {top}{unit}")
+    return n
 
 
 def _positive_ints(value: Any, what: str) -> tuple[int, ...]:
     out = []
-    for item in _split(value):
+    for item in _split(value, what):
         try:
             n = int(item)
         except ValueError:
-            raise PlanError(f"{what}: {item!r} is not an integer") from None
+            raise PlanError(f"{what}: {short(item)} is not an integer") from None
         if n < 1:
-            raise PlanError(f"{what}: {n} must be a positive integer")
-        if n not in out:
+            raise PlanError(f"{what}: {short(n)} must be a positive integer")
+        if _bounded(n, what) not in out:
             out.append(n)
     if not out:
         raise PlanError(f"{what}: empty list")
@@ -67,16 +89,14 @@ def _positive_ints(value: Any, what: str) -> tuple[int, ...]:
 
 def _int(value: Any, what: str, minimum: int) -> int:
     if isinstance(value, bool):
-        raise PlanError(f"{what}: {value!r} is not an integer")
+        raise PlanError(f"{what}: {short(value)} is not an integer")
     try:
         n = int(str(value).strip())
     except ValueError:
-        raise PlanError(f"{what}: {value!r} is not an integer") from None
+        raise PlanError(f"{what}: {short(value)} is not an integer") from None
     if n < minimum:
-        raise PlanError(f"{what}: {n} must be >= {minimum}")
-    if what == "trials" and n > MAX_TRIALS_PER_CELL:
-        raise PlanError(f"trials: {n} is more than the maximum of {MAX_TRIALS_PER_CELL} trials per cell")
-    return n
+        raise PlanError(f"{what}: {short(n)} must be >= {minimum}")
+    return _bounded(n, what)
 
 
 def check_topology_size(topo: Topology, what: str = "topologies") -> Topology:
@@ -98,7 +118,7 @@ def parse_xla(value: Any) -> tuple[bool, ...]:
     word = str(value).strip().lower()
     if word in _XLA_WORDS:
         return _XLA_WORDS[word]
-    raise PlanError(f"xla: {value!r} is not one of on, off, both")
+    raise PlanError(f"xla: {short(value)} is not one of on, off, both")
 
 
 @dataclass(frozen=True)
@@ -130,14 +150,15 @@ class Overrides:
             kw["batch_sizes"] = _positive_ints(d["batch_sizes"], "batch_sizes")
         if "precisions" in d:
             precs = []
-            for p in _split(d["precisions"]):
+            for p in _split(d["precisions"], "precisions"):
                 if p.lower() not in _PRECISION_ALIASES:
-                    raise PlanError(f"precisions: unknown precision {p!r}; known: fp32, amp (fp16 = amp)")
+                    raise PlanError(f"precisions: unknown precision {short(p)}; known: fp32, amp (fp16 = amp)")
                 if _PRECISION_ALIASES[p.lower()] not in precs:
                     precs.append(_PRECISION_ALIASES[p.lower()])
             kw["precisions"] = tuple(precs)
         if "topologies" in d:
-            kw["topologies"] = tuple(check_topology_size(Topology.parse(t)).name for t in _split(d["topologies"]))
+            kw["topologies"] = tuple(check_topology_size(Topology.parse(t)).name
+                                     for t in _split(d["topologies"], "topologies"))
         if "xla" in d:
             kw["xla"] = parse_xla(d["xla"])
         if "trials" in d:
@@ -149,9 +170,9 @@ class Overrides:
         if "image_tag" in d:
             kw["image_tag"] = str(d["image_tag"]).strip()
         if "cases" in d:
-            kw["cases"] = tuple(_split(d["cases"]))
+            kw["cases"] = tuple(_split(d["cases"], "cases"))
         if "models" in d:
-            kw["models"] = tuple(_split(d["models"]))
+            kw["models"] = tuple(_split(d["models"], "models"))
         if "include_excluded" in d:
             kw["include_excluded"] = bool(d["include_excluded"])
         return cls(**kw)
@@ -293,7 +314,7 @@ def _image(suite: Suite, tag: str | None) -> str | None:
     if not tag:
         return image
     if not _TAG_RE.match(tag):
-        raise PlanError(f"image tag {tag!r} is invalid (letters, digits, '_', '.', '-'; at most 128 characters)")
+        raise PlanError(f"image tag {short(tag)} is invalid (letters, digits, '_', '.', '-'; at most 128 characters)")
     repo = image.split("@", 1)[0]
     if repo.rfind(":") > repo.rfind("/"):
         repo = repo[: repo.rfind(":")]

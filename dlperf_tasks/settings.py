@@ -25,14 +25,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
+from dlperf_tasks.errors import DlperfError
+from dlperf_tasks.safeurl import refusal, safe_url
+
 POLICIES = ("continue", "fail_fast")
 REDACTIONS = ("ips", "hostnames", "users")
 ENV_PREFIX = "DLPERF_"
 Getter = Callable[[str, "str | None"], "str | None"]
 
 
-class SettingsError(ValueError):
-    """A setting has a bad value (the message names the key and where it came from)."""
+class SettingsError(DlperfError, ValueError):
+    """A setting has a bad value (the message names the key and where it came from; a store URL
+    only in its safe form, :func:`dlperf_tasks.safeurl.safe_url`)."""
 
 
 def project_root() -> Path:
@@ -94,8 +98,8 @@ class Settings:
         return replace(self, store_url=_store_url(url, source), store_source=source)
 
     def describe_store(self) -> str:
-        """One line for the CLI: which store, and why that one."""
-        return f"store: {self.store_url} (from {self.store_source})"
+        """One line for the CLI: which store (never its credentials), and why that one."""
+        return f"store: {safe_url(self.store_url)} (from {self.store_source})"
 
     @classmethod
     def load(cls, get: Getter | None = None, *, env: Mapping[str, str] | None = None, source: str = "settings",
@@ -108,12 +112,17 @@ STORE_SCHEMES = ("file://", "s3://", "oss://")
 
 
 def _store_url(url: str, where: str) -> str:
-    """A store URL; a plain directory path becomes ``file://<absolute path>``."""
+    """A store URL; a plain directory path becomes ``file://<absolute path>``. A URL carrying
+    credentials (user info, a credential-like parameter, any scheme) is refused in one line
+    that shows it only in its safe form."""
     url = url.strip()
     if "://" not in url and url:
-        return "file://" + os.path.abspath(os.path.expanduser(url))
-    if not url.startswith(STORE_SCHEMES):
-        raise SettingsError(f"{where}: store URL {url!r} must start with one of {', '.join(STORE_SCHEMES)}")
+        url = "file://" + os.path.abspath(os.path.expanduser(url))
+    elif not url.startswith(STORE_SCHEMES):
+        raise SettingsError(f"{where}: store URL {safe_url(url)} must start with one of {', '.join(STORE_SCHEMES)}")
+    problem = refusal(url)
+    if problem:
+        raise SettingsError(f"{where}: {problem}")
     return url
 
 

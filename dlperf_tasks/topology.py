@@ -17,9 +17,10 @@ class Topology:
 
     @classmethod
     def parse(cls, text: str) -> "Topology":
-        m = _TOPO_RE.match(str(text).strip())
-        if not m:
-            raise PlanError(f"invalid topology {text!r}: expected <nodes>n<gpus>g, e.g. 1n8g or 16n8g")
+        m = _TOPO_RE.fullmatch(str(text).strip()[:64])
+        if not m or len(str(text).strip()) > 64:
+            shown = repr(text) if len(str(text)) <= 40 else f"{str(text)[:40]!r}... ({len(str(text))} characters)"
+            raise PlanError(f"invalid topology {shown}: expected <nodes>n<gpus>g, e.g. 1n8g or 16n8g")
         return cls(int(m["nodes"]), int(m["gpus"]))
 
     @property

@@ -55,7 +55,9 @@ def show(dag_id: str) -> int:
         for c in last.get("commands") or []:
             print(f"  {c}")
         return 0
-    print(f"store {last.get('store') or cfg.store_url} (dlperf results ls / show / compare read the same store)")
+    from dlperf_tasks.safeurl import safe_url
+
+    print(f"store {safe_url(last.get('store') or cfg.store_url)} (dlperf results ls / show / compare read the same store)")
     for p in last["published"]:
         print(f"run {p['run_id']} (suite {p['suite']})")
         print(f"  result JSON : {p['location']}/result.json")

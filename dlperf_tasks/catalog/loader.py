@@ -31,8 +31,16 @@ def search_dirs(extra_dirs: list[str | os.PathLike] | None = None) -> list[Path]
         if entry.strip():
             dirs.append(Path(entry.strip()))
     for d in dirs:
-        if not d.is_dir():
-            raise CatalogError(f"catalog directory {str(d)!r} (from {ENV_VAR} or --catalog-dir) is not a directory")
+        try:
+            ok = d.is_dir()
+        except OSError as exc:  # e.g. a name too long for the file system
+            ok, why = False, exc.strerror or str(exc)
+        else:
+            why = "is not a directory"
+        if not ok:
+            text = str(d)
+            shown = repr(text) if len(text) <= 80 else f"{text[:60]!r}... ({len(text)} characters)"
+            raise CatalogError(f"catalog directory {shown} (from {ENV_VAR} or --catalog-dir): {why}")
     dirs.append(BUILTIN_DIR)
     return dirs
 
@@ -108,20 +116,41 @@ def _suite_files(extra_dirs: list[str | os.PathLike] | None = None) -> dict[str,
     return found
 
 
+def _load_or_fallback(path: Path) -> tuple[Suite | None, CatalogError | None]:
+    """``(suite, None)``; for a broken file ``(None, error)``, except a broken SITE file that
+    overrides a built-in suite: the built-in suite runs instead, ``(builtin, error)`` (a site file
+    never hides a built-in suite, and never silently: the error says what happened)."""
+    from dlperf_tasks.catalog.site import builtin_fallback
+
+    try:
+        return load_file(path), None
+    except CatalogError as exc:
+        fallback = builtin_fallback(path)
+        if fallback is None:
+            return None, exc
+        try:
+            suite = load_file(fallback)
+        except CatalogError:
+            return None, exc
+        return suite, CatalogError(f"{exc}\n(site file {path} ignored: the built-in suite {suite.id} runs instead)")
+
+
 def list_suites(extra_dirs: list[str | os.PathLike] | None = None, errors: list[CatalogError] | None = None) -> list[Suite]:
     """Every suite on the search path, sorted by id.
 
     A broken file raises :class:`CatalogError`, unless ``errors`` is a list: then its error is
-    appended there and the other suites are still returned (what DAG parsing wants).
+    appended there and the other suites are still returned (what DAG parsing wants); a broken
+    site file that overrides a built-in suite leaves the built-in one in the list.
     """
     suites = []
     for _, path in sorted(_suite_files(extra_dirs).items()):
-        try:
-            suites.append(load_file(path))
-        except CatalogError as exc:
-            if errors is None:
-                raise
+        suite, exc = _load_or_fallback(path)
+        if exc is not None and errors is None:
+            raise exc
+        if exc is not None:
             errors.append(exc)
+        if suite is not None:
+            suites.append(suite)
     return suites
 
 
@@ -159,15 +188,16 @@ def dag_names(extra_dirs: list[str | os.PathLike] | None = None) -> list[str]:
 def suites_by_group(extra_dirs: list[str | os.PathLike] | None = None
                     ) -> tuple[dict[str, list[Suite]], dict[str | None, list[CatalogError]]]:
     """``({group: [Suite...]}, {group or None: [CatalogError...]})``: the good suites per DAG
-    group and the broken files per group they belong to (None = could not tell). The DAG
-    factory turns a group with errors into an import error of that group's DAG module only."""
+    group (a broken site override's built-in suite included) and the broken files per group
+    they belong to (None = could not tell). The DAG factory builds every group from its good
+    suites and reports the broken files as an import error of their own (dags/dlperf_dags.py
+    and the group's module stay loaded: a broken site file hides only itself)."""
     groups: dict[str, list[Suite]] = {}
     broken: dict[str | None, list[CatalogError]] = {}
     for _, path in sorted(_suite_files(extra_dirs).items()):
-        try:
-            suite = load_file(path)
-        except CatalogError as exc:
+        suite, exc = _load_or_fallback(path)
+        if exc is not None:
             broken.setdefault(group_of_broken_file(path), []).append(exc)
-            continue
-        groups.setdefault(suite.dag, []).append(suite)
+        if suite is not None:
+            groups.setdefault(suite.dag, []).append(suite)
     return groups, broken

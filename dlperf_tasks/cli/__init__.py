@@ -3,7 +3,9 @@
 another layer live in that layer's package as ``dlperf_tasks/<package>/cli_<name>.py`` (e.g. the
 scheduler layer's ``serve``) and are found there, so this package names no other layer.
 
-Errors derived from DlperfError are printed as ``dlperf: error: <message>`` with exit 2.
+Errors derived from DlperfError are printed as ``dlperf: error: <message>`` with exit 2. Every
+line a command prints goes through :func:`dlperf_tasks.cli._term.escape` (no control sequence
+from a log, a result or a file name reaches the terminal).
 """
 
 from __future__ import annotations
@@ -51,6 +53,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; everything it prints (stdout and stderr, errors and argparse's messages
+    included) has its control characters escaped (:mod:`dlperf_tasks.cli._term`)."""
+    from dlperf_tasks.cli._term import escaped_output
+
+    with escaped_output():
+        return _main(argv)
+
+
+#: the longest argument any command takes (a path, a comma list of nodes): longer ones are refused
+#: before parsing, in one line (a 100 kB --catalog-dir used to end in a traceback)
+MAX_ARG_CHARS = 64 * 1024
+
+
+def _main(argv: list[str] | None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for i, arg in enumerate(argv, 1):
+        if len(arg) > MAX_ARG_CHARS:
+            print(f"dlperf: error: argument {i} ({arg[:24]!r}...) is {len(arg)} characters long; "
+                  f"at most {MAX_ARG_CHARS} are accepted", file=sys.stderr)
+            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

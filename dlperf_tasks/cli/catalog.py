@@ -41,10 +41,16 @@ def register(subparsers) -> None:
 
 
 def _list(args) -> int:
+    import sys
+
     from dlperf_tasks.catalog import list_suites
+    from dlperf_tasks.catalog.site import site_warnings
     from dlperf_tasks.plan import format_table
 
-    suites = list_suites(extra_dirs=args.catalog_dir)
+    errors: list = []
+    suites = list_suites(extra_dirs=args.catalog_dir, errors=errors)  # a broken site file hides only itself
+    for line in [str(e) for e in errors] + [w for s in suites for w in site_warnings(s)]:
+        print(f"warning: {line}", file=sys.stderr)
     if args.format == "json":
         print(json.dumps([_row_dict(s) for s in suites], indent=2))
         return 0
@@ -104,11 +110,15 @@ def _check(args) -> int:
     from dlperf_tasks.catalog import load_file
     from dlperf_tasks.errors import CatalogError
 
+    from dlperf_tasks.catalog.site import site_warnings
+
     bad = 0
     for f in args.files:
         try:
             s = load_file(f)
             print(f"{f}: ok ({s.id}, framework {s.framework})")
+            for line in site_warnings(s):  # privileged, devices, capabilities, a replaced built-in
+                print(f"warning: {line}", file=sys.stderr)
         except CatalogError as exc:
             bad += 1
             print(str(exc), file=sys.stderr)

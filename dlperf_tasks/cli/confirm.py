@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from dlperf_tasks.cli._args import fraction, int_at_least
+
 DESCRIPTION = """\
 Confirm (or not) a regression finding of a published run: re-run the flagged cell (and its
 1n1g baseline cell when the finding is about scaling) with the previous good run's image (A)
@@ -24,12 +26,12 @@ def register(subparsers) -> None:
     p.add_argument("--store", metavar="URL", help="results store URL (default: the settings' store)")
     p.add_argument("--cluster", metavar="YAML", help="cluster inventory (needed unless --plan-only)")
     p.add_argument("--suite", metavar="ID|YAML", help="suite id or file (default: the run's suite)")
-    p.add_argument("--rounds", type=int, default=4, metavar="N", help="A B rounds (default 4)")
+    p.add_argument("--rounds", type=int_at_least(1, 100), default=4, metavar="N", help="A B rounds (default 4)")
     p.add_argument("--nodes", metavar="LIST", help="run on these nodes (default: whatever the first step leases)")
     p.add_argument("--out", metavar="DIR", help="where the A/B run dirs go (default: a temp dir)")
     p.add_argument("--image-a", metavar="REF", help="image A (default: the previous good run's, by digest)")
     p.add_argument("--image-b", metavar="REF", help="image B (default: the flagged run's, by digest)")
-    p.add_argument("--min-effect", type=float, default=0.02, metavar="F", help="smallest effect confirmed (0.02)")
+    p.add_argument("--min-effect", type=fraction, default=0.02, metavar="F", help="smallest effect confirmed (0.02)")
     p.add_argument("--plan-only", action="store_true", help="print the plan (the DAG conf) and stop")
     p.add_argument("--no-record", action="store_true", help="do not write the verdict into the store")
     p.set_defaults(func=run)

@@ -9,6 +9,7 @@ import sys
 from dlperf_tasks.errors import DlperfError, ExtractError
 from dlperf_tasks.model import SPEED_RULES, Window
 from dlperf_tasks.cli._args import non_negative_int, positive_int
+from dlperf_tasks.cli._term import escape
 
 DESCRIPTION = """\
 Read a DLPerf-layout log tree, compute every trial's speed with the suite's framework rule,
@@ -103,9 +104,23 @@ def trial_lines(result) -> list[str]:
     return out
 
 
+def _text(fmt: str, res, result) -> str:
+    """The human-readable formats (escaped by the caller: logs may hold control sequences)."""
+    from dlperf_tasks.report.markdown import render_dlperf_text, render_markdown
+
+    if fmt == "csv":
+        from dlperf_tasks.history.export import run_csv
+
+        return run_csv(result)
+    if fmt == "dlperf":
+        return render_dlperf_text(result)
+    if fmt == "markdown":
+        return render_markdown(result, full=False, trials=True)
+    return "\n".join(trial_lines(res)) + "\n\n" + render_markdown(result, full=True, trials=False)
+
+
 def run(args: argparse.Namespace) -> int:
     from dlperf_tasks.extract import extract_tree
-    from dlperf_tasks.report.markdown import render_dlperf_text, render_markdown
     from dlperf_tasks.report.result_json import dumps, write_result
 
     suite = _load_suite(args.suite)
@@ -122,21 +137,12 @@ def run(args: argparse.Namespace) -> int:
         write_result(result, args.output)
 
     if args.format == "json":
-        sys.stdout.write(dumps(result))
-    elif args.format == "csv":
-        from dlperf_tasks.history.export import run_csv
-
-        sys.stdout.write(run_csv(result))
-    elif args.format == "dlperf":
-        sys.stdout.write(render_dlperf_text(result))
-    elif args.format == "markdown":
-        sys.stdout.write(render_markdown(result, full=False, trials=True))
+        sys.stdout.write(dumps(result))  # JSON escapes control characters itself
     else:
-        sys.stdout.write("\n".join(trial_lines(res)) + "\n\n")
-        sys.stdout.write(render_markdown(result, full=True, trials=False))
+        sys.stdout.write(escape(_text(args.format, res, result)))
     if res.skipped and not args.quiet:
-        print(f"dlperf extract: {len(res.skipped)} files not used, e.g. "
-              + "; ".join(f"{p} ({r})" for p, r in res.skipped[:3]), file=sys.stderr)
+        print(escape(f"dlperf extract: {len(res.skipped)} files not used, e.g. "
+                     + "; ".join(f"{p} ({r})" for p, r in res.skipped[:3])), file=sys.stderr)
     if args.output and not args.quiet:
         print(f"dlperf extract: result written to {args.output}", file=sys.stderr)
     if not res.computable_cells:

@@ -45,9 +45,12 @@ def add_override_arguments(p: argparse.ArgumentParser, include_excluded: bool = 
     p.add_argument("--batch-sizes", metavar="LIST", help="comma-separated batch sizes per device, e.g. 32,24")
     p.add_argument("--precisions", metavar="LIST", help="comma-separated precisions: fp32, amp (fp16 = amp)")
     p.add_argument("--xla", choices=["on", "off", "both"], help="XLA on, off or both (TensorFlow suites)")
-    p.add_argument("--trials", type=int, metavar="N", help="trials per cell (seeds: 5-7)")
-    p.add_argument("--warmup-iters", type=int, metavar="N", help="iterations dropped at the start (seeds: 20)")
-    p.add_argument("--measure-iters", type=int, metavar="M", help="iterations measured after the warm-up (seeds: 100)")
+    from dlperf_tasks.cli._args import short_int  # the range: plan.Overrides (shared with the scheduler)
+
+    p.add_argument("--trials", type=short_int, metavar="N", help="trials per cell (seeds: 5-7; at most 100)")
+    p.add_argument("--warmup-iters", type=short_int, metavar="N", help="iterations dropped at the start (seeds: 20)")
+    p.add_argument("--measure-iters", type=short_int, metavar="M",
+                   help="iterations measured after the warm-up (seeds: 100)")
     p.add_argument("--image-tag", metavar="TAG", help="run another tag of the suite's image, e.g. 20.12-py3")
     p.add_argument("--cases", metavar="LIST", help="Megatron: comma-separated case names (see 'dlperf catalog show megatron-gpt')")
     if include_excluded:

@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     url = args.store
     if url is None and args.resume:
         url = Spool.load(run_dir).read_target().get("store")
+    from dlperf_tasks.safeurl import safe_url
     from dlperf_tasks.settings import Settings
 
     where = Settings.load().with_store(url, "--store" if args.store else "the first attempt")
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
                           "manifest_key": res.manifest_key, "uploaded": res.uploaded, "skipped": res.skipped,
                           "total_bytes": res.total_bytes, "seconds": round(res.seconds, 3)}, indent=1))
     else:
-        print(f"published {res.run_id} -> {res.url} ({len(res.uploaded)} uploaded, "
+        print(f"published {res.run_id} -> {safe_url(res.url)} ({len(res.uploaded)} uploaded, "
               f"{len(res.skipped)} already there, {res.total_bytes} bytes, {res.seconds:.1f}s)")
     sys.stdout.flush()
     return 0

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from dlperf_tasks.errors import DlperfError
-from dlperf_tasks.cli._args import positive_int
+from dlperf_tasks.cli._args import fraction, percent, positive_int
+from dlperf_tasks.cli._term import escape
 from dlperf_tasks.history.rows import compare_rows, ls_rows, show_rows, verdict_note
 
 _EPILOG = """examples:
@@ -87,8 +88,8 @@ def register(subparsers) -> None:
                                    "unique prefix of one, or 'latest'.")
     q.add_argument("run_a", metavar="RUN_A")
     q.add_argument("run_b", metavar="RUN_B")
-    q.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the interval (default 0.05)")
-    q.add_argument("--tolerance", type=float, default=3.0, metavar="TOL",
+    q.add_argument("--alpha", type=fraction, default=0.05, help="1 - confidence of the interval (default 0.05)")
+    q.add_argument("--tolerance", type=percent, default=3.0, metavar="TOL",
                    help="changes within +-TOL %% count as 'same' (default 3)")
     _common(q)
     q.set_defaults(func=cmd_compare)
@@ -110,8 +111,8 @@ def register(subparsers) -> None:
                                    "Exit status 1 if a regression is found.")
     q.add_argument("run_id", metavar="RUN")
     q.add_argument("--history", type=positive_int, default=20, metavar="N", help="baseline runs per cell (default 20)")
-    q.add_argument("--min-effect", type=float, default=3.0, metavar="PCT", help="minimum drop in %% (default 3)")
-    q.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney significance level (default 0.01)")
+    q.add_argument("--min-effect", type=percent, default=3.0, metavar="PCT", help="minimum drop in %% (default 3)")
+    q.add_argument("--alpha", type=fraction, default=0.01, help="Mann-Whitney significance level (default 0.01)")
     q.add_argument("--record", action="store_true", help="write the findings into the run's manifest")
     q.add_argument("--notify", metavar="TARGET", help="webhook URL or python:module:function "
                    "(default: $DLPERF_NOTIFY_URL when --record is given)")
@@ -138,7 +139,9 @@ def _store(args):
 
 
 def _print(text: str) -> None:
-    sys.stdout.write(text.rstrip("\n") + "\n")
+    """One block of output, its control characters escaped (run ids, env values, notes and
+    findings come from a store that may be hostile; JSON already escapes them)."""
+    sys.stdout.write(escape(text.rstrip("\n")) + "\n")
 
 
 def _render(rows, fmt, columns=None, doc=None) -> None:

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 
+from dlperf_tasks.cli._args import fraction, int_at_least, port, seconds
 from dlperf_tasks.cli.plan import add_override_arguments, overrides_from_args
 
 DESCRIPTION = """\
@@ -43,23 +44,23 @@ def register(subparsers) -> None:
     p.add_argument("--image", metavar="REF",
                    help="full image reference to run instead of the suite's (default: the suite's image, or the "
                         "inventory's mirror of it listed under 'images:')")
-    p.add_argument("--mpi-ssh-port", type=int, metavar="PORT",
+    p.add_argument("--mpi-ssh-port", type=port, metavar="PORT",
                    help="MPI suites: port of the containers' sshd (default: the inventory's mpi_ssh_port, else the "
                         "suite's container.sshd_port); must not be taken on the nodes")
     p.add_argument("--policy", choices=["packed", "sequential", "packed_exclusive_multinode"], default="packed",
                    help="packed (default): independent trials at once on disjoint free nodes, longest first; "
                         "sequential: one trial at a time like DLPerf; packed_exclusive_multinode: multi-node "
                         "trials run alone on the cluster")
-    p.add_argument("--cooldown", type=float, default=0.0, metavar="S", help="idle seconds on a node after each trial")
-    p.add_argument("--retries", type=int, default=None, metavar="N",
+    p.add_argument("--cooldown", type=seconds, default=0.0, metavar="S", help="idle seconds on a node after each trial")
+    p.add_argument("--retries", type=int_at_least(0, 100), default=None, metavar="N",
                    help="extra attempts for retriable failures (node unreachable, launch failed, timeout, hang); "
                         "default: the settings' trial_retries ($DLPERF_TRIAL_RETRIES, else 1)")
     p.add_argument("--nodes", metavar="LIST", help="use only these inventory nodes (comma-separated names)")
-    p.add_argument("--wait-for-nodes", type=float, default=0.0, metavar="S",
+    p.add_argument("--wait-for-nodes", type=seconds, default=0.0, metavar="S",
                    help="wait up to S seconds for nodes leased by another sweep (default: fail at once)")
     p.add_argument("--no-env-capture", action="store_true", help="skip nvidia-smi / CUDA / NCCL version capture")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--adaptive", nargs="?", const=0.01, type=float, metavar="REL_WIDTH",
+    p.add_argument("--adaptive", nargs="?", const=0.01, type=fraction, metavar="REL_WIDTH",
                    help="stop a cell's trials (after 3) once its median's CI is within REL_WIDTH (default 0.01); "
                         "the suite's trials are the maximum (docs/decisions.md)")
     p.add_argument("--quarantine", action="store_true",

@@ -14,6 +14,7 @@ from dlperf_tasks.engine.outputs import aggregate, cell_rows, collect, result_ta
 from dlperf_tasks.engine.rundir import RunDir, now_iso, write_json
 from dlperf_tasks.engine.setup import load_cluster, load_suite
 from dlperf_tasks.model import Trial
+from dlperf_tasks.safeurl import safe_url
 
 log = logging.getLogger("dlperf.engine")
 
@@ -72,7 +73,7 @@ def open_store(settings):
     try:
         return Store.from_settings(settings.store_url, redaction=settings.redaction_spec)
     except StoreError as exc:
-        raise NonRetriable(f"store {settings.store_url}: {exc}") from None
+        raise NonRetriable(f"store {safe_url(settings.store_url)}: {exc}") from None
 
 
 def publish_run(store, rd: RunDir, settings) -> str:
@@ -81,9 +82,21 @@ def publish_run(store, rd: RunDir, settings) -> str:
     from dlperf_tasks.errors import StoreError
 
     try:
-        return str(store.publish(rd.path, inventory=None if settings.is_local else settings.cluster))
+        return str(store.publish(rd.path, inventory=None if settings.is_local else _resolved_inventory(settings)))
     except StoreError as exc:
-        raise Retriable(f"publish {rd.run_id} to {settings.store_url}: {exc}") from None
+        raise Retriable(f"publish {rd.run_id} to {safe_url(settings.store_url)}: {exc}") from None
+
+
+def _resolved_inventory(settings):
+    """The inventory with its credentials resolved as the trials resolved them (connections
+    included), so the pre-publish leak check knows every secret they could print; its path when
+    they cannot be resolved here (the inventory file's own secrets are still read)."""
+    from dlperf_tasks.errors import DlperfError
+
+    try:
+        return load_cluster(settings)
+    except (DlperfError, NonRetriable, Retriable):
+        return settings.cluster
 
 
 def publish(run_set: Mapping[str, Any], summaries: list[Mapping[str, Any]], settings, group: str = "",
@@ -102,7 +115,7 @@ def publish(run_set: Mapping[str, Any], summaries: list[Mapping[str, Any]], sett
                           "plots": s.get("plots", []), "regressions": regression_check(store, s["run_id"], settings, notify)})
     if group:
         write_json(Path(settings.work_dir) / f"last-{group}.json",
-                   {"dag": group, "published": published, "finished_at": now_iso(), "store": settings.store_url,
+                   {"dag": group, "published": published, "finished_at": now_iso(), "store": safe_url(settings.store_url),
                     "table": result_table(summaries), "dry_run": bool(run_set.get("dry_run")),
                     "commands": list(dry_run_commands or [])})
     return published

@@ -45,7 +45,7 @@ def new_run_id(suite: str, salt: str | None = None) -> str:
 
 
 def is_run_id(text: str) -> bool:
-    return bool(_RUN_ID.match(text or ""))
+    return bool(_RUN_ID.fullmatch(text or ""))  # fullmatch: "$" would accept a trailing newline
 
 
 def write_json(path: Path, data: Any) -> Path:

@@ -40,7 +40,10 @@ def resolve_run(store: Any, spec: str, suite: str | None = None) -> str:
     given) or a unique prefix of a run id. Raises DlperfError naming the candidates."""
     from dlperf_tasks.errors import DlperfError
 
-    spec = (spec or "").strip()
+    spec = spec or ""
+    if any(c.isspace() or ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in spec):
+        raise DlperfError(f"run {spec!r}: a run id has no whitespace or control character (not even a "
+                          f"trailing newline); give it exactly")
     if spec == "latest":
         runs = store.list_runs(suite=suite, limit=1)  # one summary held, whatever the index's length
         if not runs:

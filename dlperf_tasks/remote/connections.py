@@ -22,6 +22,7 @@ import dataclasses
 import json
 from typing import Any, Callable, Mapping
 
+from dlperf_tasks import resolved_secrets
 from dlperf_tasks.errors import RemoteError
 from dlperf_tasks.remote.inventory import Cluster, Node
 
@@ -47,6 +48,7 @@ def ssh_secrets(conn: Mapping[str, Any], conn_id: str) -> dict[str, str]:
     """The node fields a connection sets: ``user``, ``password``, ``private_key`` (text),
     ``private_key_passphrase``, ``key_file``; only those it has."""
     extra = connection_extra(conn, conn_id)
+    resolved_secrets.remember_connection({"password": conn.get("password"), "extra": extra})
     out: dict[str, str] = {}
     if conn.get("login"):
         out["user"] = str(conn["login"])

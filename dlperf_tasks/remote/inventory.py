@@ -44,6 +44,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from dlperf_tasks import resolved_secrets
 from dlperf_tasks.errors import RemoteError
 from dlperf_tasks.frameworks.base import NodeSpec
 
@@ -126,6 +127,7 @@ class Node:
         if any(c in self.workdir for c in '$`"\\') or any(ord(c) < 32 or ord(c) == 127 for c in self.workdir):
             raise RemoteError(f"inventory: node {self.name}: workdir {self.workdir!r} must not contain "
                               f"$ ` \" \\ or control characters")
+        resolved_secrets.remember(self.password, self.private_key, self.private_key_passphrase)  # leak check
 
     @property
     def peer_address(self) -> str:
@@ -226,11 +228,16 @@ class Registry:
             return self._env(self.username_env) or self.username
         return self.username
 
+    def __post_init__(self):
+        resolved_secrets.remember(self.password)  # the pre-publish leak check refuses it
+
     def resolve_password(self) -> str | None:
         if self.password:
             return self.password
         if self.password_env:
-            return self._env(self.password_env)
+            found = self._env(self.password_env)
+            resolved_secrets.remember(found)
+            return found
         return None
 
 
@@ -348,6 +355,7 @@ class Cluster:
             from dlperf_tasks.remote.connections import connection_extra  # (it imports this module)
 
             extra = connection_extra(c)
+            resolved_secrets.remember_connection({"password": c.get("password"), "extra": extra})
             # the SSH provider's spelling: no_host_key_check=true means no checking
             if "no_host_key_check" in extra and "strict_host_key_checking" not in extra:
                 extra["strict_host_key_checking"] = not _as_bool(extra.pop("no_host_key_check"),
@@ -366,6 +374,7 @@ class Cluster:
             nodes.append(Node.from_mapping(data, where=f"connection {c.get('conn_id')}"))
         reg = None
         if registry:
+            resolved_secrets.remember_connection(registry)
             reg = Registry(server=str(registry.get("host") or registry.get("server")),
                            username=str(registry.get("login") or registry.get("username") or ""),
                            password=registry.get("password") or None,

@@ -276,22 +276,13 @@ class S3Settings:
                              "or use an Airflow connection")
 
 
-_CREDENTIAL_PARAMS = ("access_key", "accesskey", "secret", "password", "passwd", "token", "signature",
-                      "credential", "x-amz-security-token")
-
-
 def _endpoint_has_credentials(url: str) -> bool:
-    """``https://KEY:SECRET@host``, ``https://user@host`` or ``?secret_key=...`` in an endpoint."""
-    import urllib.parse
+    """``https://KEY:SECRET@host``, ``https://user@host`` or ``?secret_key=...`` in an endpoint
+    (the one rule of :func:`dlperf_tasks.safeurl.credential_problem`)."""
+    from dlperf_tasks.safeurl import credential_problem
 
-    try:
-        parts = urllib.parse.urlsplit(str(url).strip())
-    except ValueError:
-        return "@" in str(url)
-    if "@" in parts.netloc or parts.username or parts.password:
-        return True
-    keys = [k.lower() for k, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
-    return any(w in k for k in keys for w in _CREDENTIAL_PARAMS)
+    problem = credential_problem(url)
+    return problem is not None and "credential" in problem
 
 
 _AUTH_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken",

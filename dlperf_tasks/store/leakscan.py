@@ -5,8 +5,9 @@ tokens and every token is classified by hand-written checks (``ipaddress`` for a
 character-class tests for MACs and GUIDs, key/value and flag inspection for credentials),
 plus two exact lists: the *known* names and addresses of the nodes (node facts, inventory,
 matched per token and per dot-prefix, any case) and *planted* secrets (the store's secret key,
-registry and SSH passwords from the publishing process' environment, matched as substrings
-and never echoed). Placeholders (``<ip-3>``, ``_host-1_``) are clean by definition.
+registry and SSH passwords from the publishing process' environment, and every secret the
+process resolved from connections and the inventory, :mod:`dlperf_tasks.resolved_secrets`;
+matched as substrings and never echoed). Placeholders (``<ip-3>``, ``_host-1_``) are clean by definition.
 
     scanner = LeakScanner(known=["dgx-a100-017", "0c:42:a1:11:22:33"], planted=[secret])
     scanner.scan_line("peer 10.1.2.3")     # [("IPv4 address", "10.1.2.3")]
@@ -69,6 +70,11 @@ def _ipv4_in(token: str) -> str | None:
             cand = run.strip(".")
             if ".." not in cand and _ipv4(cand):
                 return cand
+            addr, _, port = cand.rpartition(".")  # netstat's a.b.c.d.port (not v1.2.3.4.5)
+            at = token.find(cand)
+            if cand.count(".") == 4 and _ipv4(addr) and port.isdigit() and 2 <= len(port) <= 5 \
+                    and int(port) <= 65535 and not (at > 0 and (token[at - 1].isalnum() or token[at - 1] == ".")):
+                return cand
     low = token.lower()
     if "ip-" in low:
         nums = low.split("ip-", 1)[1].split("-")[:4]
@@ -79,8 +85,9 @@ def _ipv4_in(token: str) -> str | None:
 
 
 def _ipv6_in(token: str) -> str | None:
-    if token.count(":") < 2 or not any(ch.isdigit() for ch in token):
-        return None
+    colons = token.count(":")
+    if colons < 2 or colons < 3 and not any(ch.isdigit() for ch in token):
+        return None  # "dead::beef" is a C++ path; "fdab::cafe:beef" (3 colons) is an address
     body = token.split("%", 1)[0]
     pieces = body.split(":")
     for start in range(len(pieces)):
@@ -97,6 +104,30 @@ def _ipv6_in(token: str) -> str | None:
                 continue
             return sub
     return None
+
+
+def _domain_after_placeholder(line: str) -> str | None:
+    """``<node-1>.corp.example.com`` / ``_host-2_.hpc.example.org``: what a name's redaction left
+    of its FQDN (two labels or more after the placeholder, the last alphabetic; not a file name)."""
+    for close in (">.", "_."):
+        pos = line.find(close)
+        while pos >= 0:
+            opener = line.rfind("<" if close == ">." else "_", 0, pos)
+            if opener >= 0 and _is_placeholder_word(line[opener + 1:pos]):
+                rest = line[pos + 2:]
+                end = 0
+                while end < len(rest) and (rest[end].isalnum() or rest[end] in "-."):
+                    end += 1
+                labels = rest[:end].rstrip(".").split(".")
+                if len(labels) >= 2 and labels[-1].isalpha() and len(labels[-1]) >= 2 \
+                        and not any(lb.lower() in _FILE_WORDS for lb in labels) and all(labels):
+                    return "." + ".".join(labels)
+            pos = line.find(close, pos + 1)
+    return None
+
+
+_FILE_WORDS = frozenset({"log", "txt", "out", "err", "json", "yaml", "yml", "csv", "gz", "tgz", "tar", "zip", "png",
+                         "md", "py", "sh", "pid", "lock", "tmp", "html", "xml", "bin", "stderr", "stdout", "part"})
 
 
 def _hex_groups(token: str, sep: str) -> list[str]:
@@ -185,6 +216,9 @@ class LeakScanner:
         known = self._known_in(line.lower())
         if known:
             found.append(("known node name or address", known))
+        domain = _domain_after_placeholder(line)
+        if domain:
+            found.append(("domain after a redacted name", domain))
         tokens = line.translate(_TABLE).split()
         self._bracket = line.startswith("[")
         cred = _credential(tokens, line)
@@ -321,7 +355,9 @@ def _secret_like(value: str) -> bool:
 
 def scan_spool(spool, known: Iterable[str] = (), planted: Iterable[str] = ()) -> None:
     """Scan every object of a :class:`~dlperf_tasks.store.spool.Spool` (tarball members too)."""
-    scanner = LeakScanner(known, list(planted) + planted_from_environment())
+    from dlperf_tasks import resolved_secrets
+
+    scanner = LeakScanner(known, list(planted) + planted_from_environment() + resolved_secrets.values())
     listed = {e["path"]: e["sha256"] for e in spool.manifest["objects"]}
     for e in spool.manifest["objects"]:
         rel = e["path"]

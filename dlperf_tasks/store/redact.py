@@ -135,6 +135,11 @@ class Redactor:
         a["controller"] = a["controller"] or controller
         return Redactor(kinds=sorted(self.kinds) or "none", **a)
 
+    def fresh(self) -> "Redactor":
+        """The same knowledge, no placeholder handed out yet (for a trial redaction that must
+        not change the numbering)."""
+        return Redactor(kinds=sorted(self.kinds) or "none", **self._args)
+
     def known_values(self) -> list[str]:
         """Every exact name/address this redactor knows (for the independent leak scanner)."""
         s = self.secrets
@@ -169,14 +174,17 @@ class Redactor:
         return rx.sub(repl, text)
 
     def _sub_terms(self, text: str, low: str) -> str:
-        """Known names, matched case-sensitively in the lower-cased text (4x faster than (?i))."""
-        if len(low) != len(text):  # lower() changed the length (rare non-ASCII): slow path
-            return self._terms_re.sub(lambda m: self._placeholder(self._terms[m.group(0).lower()], m.group(0)), text)
+        """Known names, matched case-sensitively in the lower-cased text (4x faster than (?i)).
+        A domain right after a known name (``<node>.corp.example.com``) goes with it: the
+        placeholder is the name's, the domain is dropped."""
+        lowered = len(low) == len(text)  # else lower() changed the length (rare non-ASCII): match (?i)
         out, pos = [], 0
-        for m in self._terms_lc_re.finditer(low):
+        for m in (self._terms_lc_re.finditer(low) if lowered else self._terms_re.finditer(text)):
+            if m.start() < pos:
+                continue  # inside a domain already taken
             out.append(text[pos:m.start()])
-            out.append(self._placeholder(self._terms[m.group(0)], text[m.start():m.end()]))
-            pos = m.end()
+            out.append(self._placeholder(self._terms[m.group(0).lower()], text[m.start():m.end()]))
+            pos = R.domain_end(text, m.end())
         out.append(text[pos:])
         return "".join(out)
 
@@ -206,7 +214,13 @@ class Redactor:
 
     def _sub_ipv4(self, m: re.Match) -> str:
         run = m.group(0)
-        return self._placeholder("ip", _canon_ip(run)) if R.ipv4_run(run) else run
+        if R.ipv4_run(run):
+            return self._placeholder("ip", _canon_ip(run))
+        before = m.string[m.start() - 1] if m.start() else " "
+        if run.count(".") == 4 and R.netstat_run(run) and not (before.isalnum() or before == "."):
+            addr, _, port = run.rpartition(".")  # netstat's a.b.c.d.port
+            return self._placeholder("ip", _canon_ip(addr)) + "." + port
+        return run
 
     def _line_block(self, text: str) -> str:
         """Redact text that holds no private-key block boundary (rules run only when their

@@ -52,6 +52,7 @@ def secrets_from_inventory(inventory: Any, names: bool = True) -> Secrets:
             inventory = Cluster.from_yaml(inventory)
         except Exception as exc:
             raise StoreError(f"redaction: cannot load inventory {inventory}: {exc}") from None
+    _remember_inventory_secrets(inventory)
     hosts: list[str] = []
     node_names: list[str] = []
     users: list[str] = []
@@ -75,6 +76,35 @@ def secrets_from_inventory(inventory: Any, names: bool = True) -> Secrets:
         if u:
             users.append(str(u))
     return Secrets(hosts=_uniq(hosts), names=_uniq(node_names), users=_uniq(users))
+
+
+_SECRET_KEYS = ("password", "private_key", "private_key_passphrase")
+
+
+def _remember_inventory_secrets(inventory: Any) -> None:
+    """Register the inventory's secrets (node passwords, key texts and passphrases, the ones its
+    ``*_env`` variables name, the registry password) with the leak check's registry."""
+    import os
+
+    from dlperf_tasks import resolved_secrets
+
+    if isinstance(inventory, Mapping):
+        raw = inventory.get("nodes") or []
+        nodes = [dict(v or {}) for v in raw.values()] if isinstance(raw, Mapping) else list(raw)
+        for n in [inventory.get("defaults") or {}, *nodes]:
+            if isinstance(n, Mapping):
+                resolved_secrets.remember(*(n.get(k) for k in _SECRET_KEYS))
+                resolved_secrets.remember(*(os.environ.get(str(n.get(f"{k}_env"))) for k in _SECRET_KEYS
+                                            if n.get(f"{k}_env")))
+        reg = inventory.get("registry")
+        if isinstance(reg, Mapping) and reg.get("password_env"):
+            resolved_secrets.remember(os.environ.get(str(reg["password_env"])))
+        return
+    reg = getattr(inventory, "registry", None)
+    if reg is not None and hasattr(reg, "resolve_password"):
+        reg.resolve_password()  # registers what password_env / the env file / a connection gave
+    for n in getattr(inventory, "nodes", None) or ():
+        resolved_secrets.remember(*(getattr(n, k, None) for k in _SECRET_KEYS))
 
 
 def read_node_identities(run_dir: str | Path) -> dict[str, dict]:

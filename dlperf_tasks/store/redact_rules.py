@@ -82,6 +82,40 @@ GENERIC_NAMES = frozenset({
 })
 
 
+def netstat_run(run: str) -> bool:
+    """netstat's ``a.b.c.d.port`` (BSD/macOS form): an IPv4 address and a port of 2 to 5 digits
+    (``1.2.3.4.5`` stays a version: one-digit ports are too rare to tell them apart)."""
+    addr, _, port = run.rpartition(".")
+    return (ipv4_run(addr) and 2 <= len(port) <= 5 and port.isdigit() and port[0] != "0"
+            and int(port) <= 65535)
+
+
+#: a domain after a known name: ``<node>.corp.example.com`` (two labels or more, the last one
+#: alphabetic like a top-level domain), or one private label (``<node>.cluster``); never a file
+#: extension (``<node>.log``, ``<node>.rank0.txt``)
+DOMAIN_AFTER_RE = re.compile(r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+(?![A-Za-z0-9-])")
+FILE_SUFFIXES = frozenset({
+    "log", "txt", "out", "err", "json", "yaml", "yml", "csv", "gz", "tgz", "tar", "zip", "bz2", "xz", "png", "jpg",
+    "svg", "md", "py", "sh", "pid", "lock", "tmp", "bak", "old", "html", "xml", "npy", "pt", "pth", "ckpt", "bin",
+    "conf", "cfg", "ini", "stderr", "stdout", "qdrep", "nsys", "sqlite", "part", "parquet", "pkl"})
+_PRIVATE_LABELS = frozenset(s.lstrip(".") for s in (".internal", ".local", ".localdomain", ".lan", ".corp",
+                                                    ".intra", ".intranet", ".cluster", ".home", ".private"))
+
+
+def domain_end(text: str, pos: int) -> int:
+    """Where the domain that follows a known host/node name at ``pos`` ends (``pos``: none)."""
+    m = DOMAIN_AFTER_RE.match(text, pos)
+    if not m:
+        return pos
+    labels = m.group(0)[1:].split(".")
+    last = labels[-1].lower()
+    if not last.isalpha() or last in FILE_SUFFIXES or any(lb.lower() in FILE_SUFFIXES for lb in labels):
+        return pos
+    if len(labels) >= 2 and len(last) >= 2 or len(labels) == 1 and last in _PRIVATE_LABELS:
+        return m.end()
+    return pos
+
+
 def ipv4_run(run: str) -> bool:
     """A dotted run of numbers that is exactly one IPv4 address (``1.2.3.4.5`` is a version)."""
     parts = run.split(".")
@@ -99,8 +133,10 @@ PRIVATE_SUFFIXES = (".internal", ".local", ".lan", ".corp", ".intra", ".cluster"
 
 
 def is_ipv6(token: str) -> bool:
-    if token.count(":") < 2 or not re.search(r"\d", token):
-        return False  # "a::b" / "dead::beef" are C++/Rust paths far more often than IPs
+    if token.count(":") < 2 or not re.search(r"\d", token) and token.count(":") < 3:
+        # "a::b" / "dead::beef" are C++/Rust paths far more often than IPs; three colons or
+        # more ("fdab::cafe:beef", "abcd:ef::face") are addresses even without a decimal digit
+        return False
     try:
         ipaddress.IPv6Address(token.split("%", 1)[0])
         return True

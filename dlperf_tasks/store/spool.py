@@ -68,6 +68,20 @@ def _write_json(path: Path, doc: Any) -> None:
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def _publishable_run_id(run_id: str, redactor: Redactor) -> str:
+    """A run id is part of every key and of result.json: one that redaction would change or the
+    leak check would refuse (``x:y@z`` reads as user@host, ``run-10.1.2.3`` as an address, a
+    node's name) cannot be published as it is; refused here in one line, before any work."""
+    from dlperf_tasks.store.leakscan import LeakScanner
+
+    found = LeakScanner(redactor.known_values()).scan_line(run_id)
+    if found or redactor.fresh().redact_text(run_id) != run_id:
+        what = f"{found[0][0]} {found[0][1]!r}" if found else "a name or address that redaction removes"
+        raise StoreError(f"run id {run_id!r} cannot be published: it contains {what}; name the run with "
+                         f"letters, digits and . _ - only")
+    return run_id
+
+
 @dataclass
 class Spool:
     run_dir: Path
@@ -189,7 +203,7 @@ class Spool:
         run = result.get("run") if isinstance(result, dict) else None
         if not isinstance(run, dict) or not run.get("run_id") or not run.get("suite"):
             raise StoreError(f"{result_path}: 'run.run_id' and 'run.suite' are required to publish")
-        run_id = L.validate_run_id(str(run["run_id"]))
+        run_id = _publishable_run_id(L.validate_run_id(str(run["run_id"])), redactor)
         suite = L.validate_suite(str(run["suite"]))
         date = L.date_of(run.get("started_at") or run.get("finished_at"))
         run_path = layout.run_path(suite, date, run_id)
