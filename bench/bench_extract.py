@@ -3,6 +3,8 @@
     .venv/bin/python bench/bench_extract.py                 # ~500 MB of logs (about 2-4 minutes)
     .venv/bin/python bench/bench_extract.py --size-mb 50    # quicker
     .venv/bin/python bench/bench_extract.py --keep DIR      # keep the generated tree in DIR
+    .venv/bin/python bench/bench_extract.py --size-mb 60 --peer-dir /tmp/dlperf_peer --whole-only
+                                                            # whole command vs DLPerf's own scripts
 
 What it does
 ------------
@@ -17,6 +19,12 @@ What it does
    the archive), the same tree as a ``.tar.gz`` archive, and ONE huge log (a valid trial
    padded with NCCL/tqdm noise lines) whose size must not show up in peak RSS.
    When memory grows, a tracemalloc run names the source lines that hold the memory.
+
+4. Whole command (issue 28.5): ``python -m dlperf_tasks extract --format dlperf`` on the MXNet BERT
+   and PyTorch BERT trees, a fresh process on one core, median of ``--rounds`` runs, alternated with
+   DLPerf's own ``extract_mxnet_logs.py`` / ``extract_pytorch_logs_time.py`` when ``--peer-dir``
+   holds them (never committed: bench/README.md says how to get them), beside ``grep -c -F``
+   reading the same files; wall s, CPU s, MB/s and peak RSS of each process (``os.wait4``).
 
 Exit status: 0 unless something really failed (a missed goal is only printed).
 """
@@ -36,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (ROOT, BenchError, Timer, goal, machine, peak_rss_mib, run_worker,  # noqa: E402
                      save_json, table, worker_main)
+import _wholecmd  # noqa: E402
 
 FIX = ROOT / "tests" / "data" / "fixture_logs"
 #: goals: extraction speed on one core (500 MB of logs in under a minute), and streaming:
@@ -221,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="never run the tracemalloc attribution (it takes minutes on large trees)")
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temp dir, removed)")
     ap.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    ap.add_argument("--peer-dir", metavar="DIR",
+                    help="directory holding DLPerf's extract_mxnet_logs.py and extract_pytorch_logs_time.py: "
+                         "the whole-command runs alternate with them")
+    ap.add_argument("--rounds", type=int, default=3, help="whole-command runs per tool (default 3; median)")
+    ap.add_argument("--whole-only", action="store_true", help="only the whole-command comparison")
     a = ap.parse_args(argv)
     if a.size_mb <= 0:
         ap.error("--size-mb must be > 0")
@@ -239,9 +253,26 @@ def main(argv: list[str] | None = None) -> int:
             b, n = generate(tmp / "full", sub, int(a.size_mb * 1e6 * share))
             gen[sub] = (b, n)
             total_b += b
+
+        whole = {}
+        for sub in ("mxnet_bert", "pytorch_bert"):
+            whole[sub] = _wholecmd.whole_command(tmp / "full", sub, gen[sub][0], Path(a.peer_dir) if a.peer_dir else None,
+                                                 a.rounds, lambda d, sub=sub: grep_count(d, GREP[sub]))
+        results["whole_command"] = whole
+        print(f"\nwhole command on one core, median of {a.rounds} alternated runs ({machine()}, "
+              f"load {os.getloadavg()[0]:.1f})")
+        print(table(_wholecmd.HEADER, _wholecmd.rows(whole)))
+        for sub, r in whole.items():
+            if "speedup_vs_peer" in r:
+                print(goal(f"{sub}: dlperf extract vs DLPerf's script (peer s / dlperf s)", r["speedup_vs_peer"], 2.0,
+                           lower_is_better=False, unit="x"))
+        print(goal("mxnet_bert whole command", whole["mxnet_bert"]["dlperf"]["mb_per_s"], GOAL_MBPS,
+                   lower_is_better=False, unit="MB/s"))
+        if a.whole_only:
+            save_json(a.json, results)
+            return 0
         quarter_b, quarter_n = generate(tmp / "quarter", "mxnet_bert", int(a.size_mb * 1e6 * MIX[0][2] / 4))
         big_b = generate_big_file(tmp, int(big_mb * 1e6))
-
         total_s = total_cpu = grep_s = grep_cpu = 0.0
         for suite, sub, _ in MIX:
             r = run_worker(me, {"suite": suite, "path": str(tmp / "full" / sub)})

@@ -57,6 +57,10 @@ class ExtractResult:
     cells: list[CellStats]
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (relpath, why it was not used)
     files_seen: int = 0
+    #: False when the trials' samples were dropped after gating (``extract_tree(keep_samples=False)``
+    #: or a ``sample_sink``): the document's ``samples`` are then the sink's placeholders, else []
+    samples_kept: bool = True
+    sample_refs: dict[int, Any] = field(default_factory=dict)  # id(TrialResult) -> what the sink returned
 
     @property
     def computable_cells(self) -> list[CellStats]:
@@ -78,7 +82,10 @@ class ExtractResult:
         """The result JSON document (see report/result_json.py)."""
         from dlperf_tasks.report.result_json import build_result
 
-        return build_result(self.cells, self.run_metadata(**dict(run or {})), dlperf_model=dlperf_model_key(self.suite))
+        refs = self.sample_refs
+        samples_of = None if self.samples_kept else (lambda t: refs.get(id(t), []))
+        return build_result(self.cells, self.run_metadata(**dict(run or {})), dlperf_model=dlperf_model_key(self.suite),
+                            samples_of=samples_of)
 
 
 def dlperf_model_key(suite) -> str | None:
@@ -208,8 +215,15 @@ def gate_run_logs(trial: Trial, run_dir: str | os.PathLike, window: Window | Non
 
 def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int | None = None,
                  window: Window | None = None, *, prefix: str | None = None,
-                 progress: TextIO | Callable[[str], None] | None = None) -> ExtractResult:
+                 progress: TextIO | Callable[[str], None] | None = None, keep_samples: bool = True,
+                 sample_sink: Callable[[TrialResult], Any] | None = None) -> ExtractResult:
     """Parse, gate and aggregate every trial found under ``log_dir`` with ``suite``'s framework.
+
+    Memory (issue 28.3): with ``keep_samples=False`` each trial's samples are dropped once it is
+    gated (the medians, speedups and reasons need none of them), so memory is that of the largest
+    trial, not of the tree. ``sample_sink(samples)`` is called first with each gated trial's samples (e.g.
+    :class:`dlperf_tasks.report.result_stream.SampleSpool`'s ``put`` of its samples) and implies
+    dropping them; what it returns is the trial's ``samples`` in :meth:`ExtractResult.result`.
 
     ``window`` defaults to the suite's. ``batch_size_per_device`` keeps only files named
     ``_b<B>_`` (None: every batch size found). ``progress`` (a stream such as sys.stderr, or a
@@ -240,8 +254,15 @@ def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int |
         last = start = time.monotonic()
         gc_was_on = gc.isenabled()
         gc.disable()  # millions of acyclic Samples: generational GC passes cost ~10 % and free nothing
+        refs: dict[int, Any] = {}
+        drop = sample_sink is not None or not keep_samples
         for i, tf in enumerate(found, 1):
-            results.append(extract_trial(source, fw, tf, window, bound))
+            r = extract_trial(source, fw, tf, window, bound)
+            if sample_sink is not None:
+                refs[id(r)] = sample_sink(r.samples)
+            if drop:
+                r.samples = Samples()
+            results.append(r)
             now = time.monotonic()
             if emit and len(found) >= _PROGRESS_MIN_TRIALS and now - last >= _PROGRESS_EVERY_S:
                 emit(f"dlperf extract: {i}/{len(found)} trials parsed ({now - start:.0f} s)")
@@ -251,7 +272,8 @@ def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int |
         if gc_was_on:
             gc.enable()
     return ExtractResult(suite=suite, log_dir=str(root), window=window, trials=results,
-                         cells=aggregate(results), skipped=skipped, files_seen=seen)
+                         cells=aggregate(results), skipped=skipped, files_seen=seen,
+                         samples_kept=not drop, sample_refs=refs)
 
 
 def _progress_fn(progress) -> Callable[[str], None] | None:

@@ -27,7 +27,21 @@ def layer_commands() -> list[str]:
     return sorted(f"dlperf_tasks.{p.parent.name}.{p.stem}" for p in root.glob("*/cli_*.py"))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _modules(only: str | None = None) -> list[str]:
+    """The sub-command modules to register: all of them, or just ``only``'s (a command run imports
+    only what it uses: ``dlperf extract`` never loads the sweep, store or results code)."""
+    layer = layer_commands()
+    if only is not None:
+        if only in COMMANDS:
+            return [f"dlperf_tasks.cli.{only}"]
+        mine = [m for m in layer if m.rsplit(".", 1)[1] == f"cli_{only}"]
+        if mine:
+            return mine
+    return [f"dlperf_tasks.cli.{name}" for name in COMMANDS] + layer
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``dlperf`` parser; ``only``: register just that sub-command (when it names one)."""
     parser = argparse.ArgumentParser(
         prog="dlperf",
         description=(
@@ -41,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dlperf {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
-    for module in [f"dlperf_tasks.cli.{name}" for name in COMMANDS] + layer_commands():
+    for module in _modules(only):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:  # a command whose module is not written yet
@@ -67,14 +81,16 @@ MAX_ARG_CHARS = 64 * 1024
 
 
 def _main(argv: list[str] | None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    for i, arg in enumerate(argv, 1):
+    words = sys.argv[1:] if argv is None else list(argv)
+    for i, arg in enumerate(words, 1):
         if len(arg) > MAX_ARG_CHARS:
             print(f"dlperf: error: argument {i} ({arg[:24]!r}...) is {len(arg)} characters long; "
                   f"at most {MAX_ARG_CHARS} are accepted", file=sys.stderr)
             return 2
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    # the command word first (no top-level option before it): register only that command
+    only = words[0] if words and not words[0].startswith("-") else None
+    parser = build_parser(only)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

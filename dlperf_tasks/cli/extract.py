@@ -121,7 +121,6 @@ def _text(fmt: str, res, result) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from dlperf_tasks.extract import extract_tree
-    from dlperf_tasks.report.result_json import dumps, write_result
 
     suite = _load_suite(args.suite)
     window = suite.window
@@ -130,16 +129,23 @@ def run(args: argparse.Namespace) -> int:
                         measure=window.measure if args.measure_iters is None else args.measure_iters, rule=window.rule)
     if args.speed_rule is not None:
         window = dataclasses.replace(window, rule=args.speed_rule)
-    res = extract_tree(suite, args.log_dir, args.batch_size_per_device, window,
-                       prefix=args.prefix, progress=None if args.quiet else sys.stderr)
-    result = res.result()
-    if args.output:
-        write_result(result, args.output)
+    # build only what the output needs (issue 28.1): per-sample rows only for the result JSON, and
+    # then serialised into a spool file as each trial is gated (memory: the largest trial's)
+    wants_doc = bool(args.output) or args.format == "json"
+    spool = None
+    if wants_doc:
+        from dlperf_tasks.report.result_stream import SampleSpool
 
-    if args.format == "json":
-        sys.stdout.write(dumps(result))  # JSON escapes control characters itself
-    else:
-        sys.stdout.write(escape(_text(args.format, res, result)))
+        spool = SampleSpool(directory=_spool_dir(args.output))
+    try:
+        res = extract_tree(suite, args.log_dir, args.batch_size_per_device, window,
+                           prefix=args.prefix, progress=None if args.quiet else sys.stderr,
+                           keep_samples=False, sample_sink=spool.put if spool is not None else None)
+        result = res.result()
+        _print(args, res, result, spool)
+    finally:
+        if spool is not None:
+            spool.close()
     if res.skipped and not args.quiet:
         print(escape(f"dlperf extract: {len(res.skipped)} files not used, e.g. "
                      + "; ".join(f"{p} ({r})" for p, r in res.skipped[:3])), file=sys.stderr)
@@ -151,6 +157,41 @@ def run(args: argparse.Namespace) -> int:
               f"(reasons listed above)", file=sys.stderr)
         return 1
     return 0
+
+
+def _spool_dir(output: str | None) -> str | None:
+    """The spool sits beside the result file (same file system), else in the temp directory."""
+    if not output:
+        return None
+    import os
+
+    parent = os.path.dirname(os.path.abspath(output))
+    return parent if os.path.isdir(parent) else None
+
+
+def _print(args: argparse.Namespace, res, result, spool) -> None:
+    if args.output:
+        from dlperf_tasks.report.result_stream import write_result_file
+
+        write_result_file(result, spool, args.output)
+    if args.format == "json":
+        import io
+
+        from dlperf_tasks.report.result_stream import copy_file, write_document
+
+        sys.stdout.flush()
+        binary = getattr(sys.stdout, "buffer", None)
+        out = binary if binary is not None else io.BytesIO()  # a text-only stdout (tests): via bytes
+        if args.output:
+            copy_file(args.output, out)
+        else:
+            write_document(result, spool, out)
+        if binary is None:
+            sys.stdout.write(out.getvalue().decode("utf-8"))
+        else:
+            out.flush()
+    else:
+        sys.stdout.write(escape(_text(args.format, res, result)))
 
 
 __all__ = ["register", "run", "ExtractError"]

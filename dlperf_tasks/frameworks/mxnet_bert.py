@@ -32,6 +32,8 @@ with ``-x``), ``mpi_args`` (extra mpirun words), ``extra_args`` (extra script wo
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import operator
 import re
@@ -205,9 +207,21 @@ def _needed_steps(per_step, total: int, stride: int | None) -> list[int]:
 
 
 def _speeds_by_step(samples, lo: int, hi: int, k: float) -> dict[int, list[float]]:
-    """step -> ``k / latency`` of each of its lines, for ``lo < step <= hi`` (read from the columns)."""
-    speeds: dict[int, list[float]] = defaultdict(list)
-    for i, v in zip(samples.iteration, samples.value):
+    """step -> ``k / latency`` of each of its lines, for ``lo < step <= hi`` (read from the columns).
+    Steps in log order (every rank prints step N before N+1, the usual case): the window is found
+    by bisection and each step's lines are one slice, so the cost is per step, not per line."""
+    its, vals = samples.iteration, samples.value
+    if its and all(map(operator.le, its, itertools.islice(its, 1, None))):
+        a, b = bisect.bisect_right(its, lo), bisect.bisect_right(its, hi)
+        speeds: dict[int, list[float]] = {}
+        while a < b:
+            step = its[a]
+            end = bisect.bisect_right(its, step, a, b)
+            speeds[step] = [k / v for v in vals[a:end]]
+            a = end
+        return speeds
+    speeds = defaultdict(list)
+    for i, v in zip(its, vals):
         if lo < i <= hi:
             speeds[i].append(k / v)
     return speeds
@@ -219,32 +233,30 @@ class MxnetBertStream(LogStream):
     _last_loss: float | None = None  # mlm + nsp of the last step line that has both
 
     def scan(self, block: str) -> str | None:
-        tagged = "]<std" in block  # mpirun --tag-output prefixes: look up ranks only then
-        if "Namespace(" in block:  # first: its log_interval turns a 'time=' into ms per step below
-            for _, line in self.lines_with(block, "Namespace("):
+        parts = _BULK.split(block)  # first: the checks below then read only the text between step lines
+        rest = "".join(parts[0::5]) if len(parts) > 1 else block
+        if "Namespace(" in rest:  # before the step lines: its log_interval turns a 'time=' into ms per step
+            for _, line in self.lines_with(rest, "Namespace("):
                 self._namespace(line)
-        rest = None if tagged else self._bulk(block)
-        if rest is None:
+        tagged = "]<std" in rest  # mpirun --tag-output prefixes (at line starts: never inside a step line)
+        out = None if tagged else self._bulk(parts, rest)
+        if out is None:
             hits = self._each(block, tagged)
             if hits != block.count("throughput="):
                 self._slow(block, {m.start() for m in _FAST.finditer(block)})
-        return rest
+        return out
 
-    def _bulk(self, block: str) -> str | None:
-        """Untagged block, every value well-formed: one ``re.split`` gives the columns and the text
-        between step lines; whole columns are converted at C speed (``map``) instead of a Python
-        loop per line. Returns that in-between text (the crash-marker scan reads only it), or None
-        to fall back to :meth:`_each`."""
-        parts = _FAST.split(block)
-        n = (len(parts) - 1) // 5
-        if n != block.count("throughput="):
+    def _bulk(self, parts: list[str], rest: str) -> str | None:
+        """Untagged block, every value well-formed: one ``re.split`` (:data:`_BULK`) gave the columns
+        and the text between step lines; whole columns are converted at C speed (``map``) instead
+        of a Python loop per line. Returns that in-between text (the crash-marker scan reads only
+        it), or None to fall back to :meth:`_each`: a ``throughput=`` line the split did not take
+        (other field order, a loss that is not a plain decimal: nan, inf, an exponent, garbage)."""
+        if "throughput=" in rest:
             return None
+        n = (len(parts) - 1) // 5
         if not n:
-            return block
-        mlm, nsp = parts[2::5], parts[3::5]
-        mlm_text, nsp_text = "\n".join(mlm), "\n".join(nsp)
-        if not (_PLAIN_NUMBERS.fullmatch(mlm_text) and _PLAIN_NUMBERS.fullmatch(nsp_text)):
-            return None  # nan, inf, an exponent, garbage: the line-by-line path reads (and names) it
+            return rest
         try:
             steps = list(map(int, parts[1::5]))
             lats = list(map(float, parts[4::5]))
@@ -252,14 +264,15 @@ class MxnetBertStream(LogStream):
             return None
         if not (min(lats) > 0 and sum(lats) < math.inf):
             return None  # a bad latency: the line-by-line path says which
-        # plain decimals: finite, so the losses (mlm + nsp) are converted only if someone reads them
-        self.samples.add_columns(steps, lats, "ms/iter", loss=LazyFloats(n, operator.add, mlm_text, nsp_text))
+        mlm, nsp = parts[2::5], parts[3::5]
+        # plain decimals (the split took nothing else): finite, so the losses (mlm + nsp) are
+        # converted only if someone reads them
+        self.samples.add_columns(steps, lats, "ms/iter", loss=LazyFloats(n, operator.add, "\n".join(mlm), "\n".join(nsp)))
         self._last_loss = float(mlm[-1]) + float(nsp[-1])
         self.fc._iters.update(steps)
         top = max(steps)
         if self.max_iteration is None or top > self.max_iteration:
             self.max_iteration = top
-        rest = "".join(parts[0::5])
         return rest.replace("INFO:root:", "") if "INFO:root:" in rest else rest  # python logging's prefix
 
     def _each(self, block: str, tagged: bool) -> int:
@@ -351,14 +364,16 @@ class MxnetBertStream(LogStream):
             self.fc.facts.final_loss = self._last_loss
 
 
-#: the loss texts of a block, one per line: plain decimals only (then ``float`` cannot fail and the
-#: value is finite; anything else goes line by line)
-_PLAIN_NUMBERS = re.compile(r"-?\d{1,20}+(?:\.\d{1,20}+)?+(?:\n-?\d{1,20}+(?:\.\d{1,20}+)?+)*+")
+#: a plain decimal (then ``float`` cannot fail and the value is finite; anything else goes line by line)
+_PLAIN = r"-?[0-9]++(?:\.[0-9]++)?+"  # [0-9], not \d: a charset test is cheaper in ``re`` (and ASCII only)
 #: possessive ``*+``/``++`` where giving characters back can never lead to a match (``\S`` then
 #: ``\s``: the same text, ~35 % less time in ``re.split``); the latency keeps ``\S+`` that may give
 #: back (``250.1ms/batch`` without a space still matches)
 _FAST = re.compile(r"\[step (\d++)\]\s*+mlm_loss=\s*+(\S++)\s++nsp_loss=\s*+(\S++)\s++throughput=[^\n]*"
                    r"latency=\s*+(\S+)\s*ms/batch")
+#: the bulk path's split: :data:`_FAST` whose losses are plain decimals (no ``fullmatch`` pass afterwards)
+_BULK = re.compile(r"\[step ([0-9]++)\]\s*+mlm_loss=\s*+(" + _PLAIN + r")\s++nsp_loss=\s*+(" + _PLAIN + r")\s++"
+                   r"throughput=[^\n]*latency=\s*+(\S+)\s*ms/batch")
 
 
 MxnetBert.Stream = MxnetBertStream

@@ -27,7 +27,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 
 from dlperf_tasks.errors import DlperfError
@@ -104,15 +104,19 @@ def _finite_or_none(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-def trial_to_dict(r: TrialResult) -> dict[str, Any]:
-    """One trial with its raw numbers (kept for invalid trials too)."""
+def trial_to_dict(r: TrialResult, samples_of: Callable[[TrialResult], Any] | None = None) -> dict[str, Any]:
+    """One trial with its raw numbers (kept for invalid trials too). ``samples_of``: what to put
+    in ``samples`` instead of the rows (report/result_stream.py: a spool placeholder)."""
     m = r.metric
-    samples = []
-    for s in r.samples:
-        row = [s.iteration, _num(s.value)]
-        if s.rank is not None:
-            row.append(s.rank)
-        samples.append(row)
+    if samples_of is not None:
+        samples = samples_of(r)
+    else:
+        samples = []
+        for s in r.samples:
+            row = [s.iteration, _num(s.value)]
+            if s.rank is not None:
+                row.append(s.rank)
+            samples.append(row)
     return {
         "index": r.trial.index,
         "trial_id": r.trial.id,
@@ -193,7 +197,7 @@ def trials_from_result(result: Mapping[str, Any]) -> list[TrialResult]:
     return out
 
 
-def cell_to_dict(st: CellStats) -> dict[str, Any]:
+def cell_to_dict(st: CellStats, samples_of: Callable[[TrialResult], Any] | None = None) -> dict[str, Any]:
     c = st.cell
     return {
         "cell_id": c.id,
@@ -226,7 +230,7 @@ def cell_to_dict(st: CellStats) -> dict[str, Any]:
         "latency_ms": st.latency_ms,
         "memory_mib": st.memory_mib,
         "throughput": st.throughput,
-        "trials": [trial_to_dict(t) for t in st.trials],
+        "trials": [trial_to_dict(t, samples_of) for t in st.trials],
     }
 
 
@@ -246,9 +250,12 @@ def now_iso() -> str:
 
 
 def build_result(cells: list[CellStats], run: Mapping[str, Any] | None = None, *,
-                 dlperf_model: str | None = None) -> dict[str, Any]:
+                 dlperf_model: str | None = None,
+                 samples_of: Callable[[TrialResult], Any] | None = None) -> dict[str, Any]:
     """Assemble the result document. ``run`` overrides :data:`RUN_DEFAULTS` (never put secrets
-    or IP addresses in it). ``dlperf_model`` is the model key of the seeds' dict (e.g. ``bert``)."""
+    or IP addresses in it). ``dlperf_model`` is the model key of the seeds' dict (e.g. ``bert``).
+    ``samples_of(trial)``: each trial's ``samples`` value instead of its rows (``dlperf extract``:
+    a spool placeholder, or nothing when the output shows no samples)."""
     run_meta = dict(RUN_DEFAULTS)
     run_meta.update(run or {})
     if run_meta.get("suite") is None and cells:
@@ -262,7 +269,7 @@ def build_result(cells: list[CellStats], run: Mapping[str, Any] | None = None, *
     return {
         "schema_version": SCHEMA_VERSION,
         "run": run_meta,
-        "cells": [cell_to_dict(st) for st in cells],
+        "cells": [cell_to_dict(st, samples_of) for st in cells],
         "dlperf": dl,
     }
 
