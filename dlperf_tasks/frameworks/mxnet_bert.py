@@ -42,6 +42,7 @@ from collections import Counter, defaultdict
 from typing import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
+from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2, strip_tag
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
@@ -195,7 +196,7 @@ class MxnetBert(Framework):
         acc = getattr(cell, "gradient_accumulation_steps", None) or 1
         if f.accumulation is not None and f.accumulation != acc:
             out.append(f"log's accumulate is {f.accumulation} (gluon-nlp Namespace line), the cell's is {acc}")
-        return out
+        return out + precision_problems("mxnet", f, cell)
 
 
 def _needed_steps(per_step, total: int, stride: int | None) -> list[int]:

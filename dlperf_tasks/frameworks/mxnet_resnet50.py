@@ -40,6 +40,7 @@ from itertools import repeat
 from typing import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
+from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
@@ -104,6 +105,9 @@ class MxnetResnet50(Framework):
         if bpd is not None and bpd != cell.batch_size_per_device:
             return [f"log's batch size per GPU is {bpd} (gluon-cv Namespace line), the cell's is "
                     f"{cell.batch_size_per_device}"]
+        wrong = precision_problems("mxnet", parsed.facts, cell)
+        if wrong:
+            return wrong
         need = _needed(seen, parsed.facts.stride, window.total)
         missing = [i for i in need if i not in seen]
         if missing:

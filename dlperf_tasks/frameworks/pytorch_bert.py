@@ -45,6 +45,7 @@ from typing import Mapping
 from dlperf_tasks.catalog.nodefiles import container_path
 from dlperf_tasks.errors import CatalogError
 from dlperf_tasks.frameworks import _launch as L
+from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import clock_seconds, round2, step_window, window_problems
 from dlperf_tasks.frameworks._stream import LogStream, as_float, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
@@ -266,7 +267,7 @@ def args_vs_cell(facts, cell: Cell) -> list[str]:
     if facts.world_size is not None and facts.world_size != cell.topology.world_size:
         out.append(f"log's world size is {facts.world_size}{src}, the cell's is "
                    f"{cell.topology.world_size} ({cell.topology.name})")
-    return out
+    return out + precision_problems("dle", facts, cell)
 
 
 def framework_figure_details(facts, value: float, per_step: int) -> dict:
@@ -432,7 +433,8 @@ class PytorchBertStream(LogStream):
                 self.fc.error("a second 'PARAMETER Config' start-up banner: a restarted or concatenated log "
                               "(rerun the trial)")
             args = kv_args(line[line.index("Namespace("):], ("train_batch_size", "gradient_accumulation_steps",
-                                                              "log_freq", "max_steps", "bert_model", "config_file"))
+                                                              "log_freq", "max_steps", "bert_model", "config_file",
+                                                              "fp16", "amp"))
             keep = dict(args)
             f.args.update(keep)
             f.args_source = "DLE PARAMETER Config line"

@@ -30,6 +30,7 @@ from typing import Mapping
 
 from dlperf_tasks.catalog.nodefiles import container_path
 from dlperf_tasks.frameworks import _launch as L
+from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import clock_seconds, round2, step_window, strip_tag, window_problems
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
@@ -118,7 +119,7 @@ class TensorflowBert(Framework):
         if facts.world_size is not None and facts.world_size != cell.topology.world_size:
             out.append(f"log's world size is {facts.world_size} ({facts.args_source}), the cell's is "
                        f"{cell.topology.world_size} ({cell.topology.name})")
-        return out
+        return out + precision_problems("tensorflow", facts, cell)
 
     def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
         if window.warmup < 1:

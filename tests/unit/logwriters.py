@@ -21,14 +21,14 @@ def write(path: Path, text: str) -> Path:
 
 def dle(steps: list[int], sec_per_step: float, *, micro: int = 96, acc: int = 1, log_freq: int = 1, nproc: int = 1,
         nnodes: int = 1, figure: float | None = None, losses: dict[int, str] | None = None,
-        config: bool = True) -> str:
+        config: bool = True, fp16: bool = True) -> str:
     """A DLE BERT log: launcher trace, Config Namespace (``train_batch_size`` already divided by the
     accumulation, as DLE logs it), one DLL line per logged step, the final summary line."""
     out = [f"+ python3 -m torch.distributed.launch --nproc_per_node={nproc} --nnodes {nnodes} --node_rank=0 "
            f"run_pretraining.py --train_batch_size={micro * acc} --gradient_accumulation_steps={acc}"]
     if config:
         out.append(f'DLL {T0} - PARAMETER Config : ["Namespace(allreduce_post_accumulation=False, amp=False, '
-                   f"bert_model='bert-base-uncased', config_file='bert_config.json', do_train=True, fp16=True, "
+                   f"bert_model='bert-base-uncased', config_file='bert_config.json', do_train=True, fp16={fp16}, "
                    f"gradient_accumulation_steps={acc}, local_rank=0, log_freq={float(log_freq)}, "
                    f"max_steps={steps[-1]}.0, n_gpu=1, seed=42, train_batch_size={micro})\"] ")
         out.append(f"DLL {T0} - PARAMETER batch_size_per_gpu : {micro} ")

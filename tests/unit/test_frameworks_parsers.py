@@ -29,6 +29,11 @@ MEG2_NODE0 = "megatron_gpt/megatron_lm_perf_2n8g_dp16_mp1_pp1_mbs2_gbs32_l16_hsz
 PT = "pytorch_bert/fp16_ngc_bert_b96/pytorch"
 
 
+def _precision_of(path: str) -> str:
+    """The precision DLPerf's log name states (``_fp16_``: AMP), which the log's own arguments say too."""
+    return "amp" if "_fp16_" in path else "fp32"
+
+
 def cell(fw: str, bsz: int, topo: str, window: Window = Window(), precision: str = "fp32", layout=None) -> Cell:
     return Cell(suite=fw.replace("_", "-"), framework=fw, model="m", precision=precision,
                 batch_size_per_device=bsz, topology=Topology.parse(topo), layout=layout, window=window)
@@ -57,7 +62,7 @@ FIXTURE_SPEEDS = [
 def test_fixture_speed_matches_dlperf(fw, path, bsz, topo, window, expected):
     f = get(fw)
     parsed = f.parse(read_log(str(FIX / path)))
-    c = cell(fw, bsz, topo, window)
+    c = cell(fw, bsz, topo, window, precision=_precision_of(path))
     assert f.check(parsed, c, window) == []
     assert parsed.facts.crash_markers == []
     assert parsed.facts.errors == []
@@ -109,7 +114,7 @@ def _truncate(path: Path, keep: float) -> list[str]:
 def test_truncated_fixture_fails_check_with_reason(fw, path, bsz, topo, window, expected):
     f = get(fw)
     parsed = f.parse(_truncate(FIX / path, 0.5))
-    reasons = f.check(parsed, cell(fw, bsz, topo, window), window)
+    reasons = f.check(parsed, cell(fw, bsz, topo, window, precision=_precision_of(path)), window)
     assert reasons, "a half log must be invalid"
     assert f"of {window.total} iterations" in reasons[0] and "only" in reasons[0]
 

@@ -23,7 +23,7 @@ NAMESPACE = ("INFO:root:Namespace(accumulate=1, dtype='float16', log_interval={}
 
 
 def _run(text: str):
-    cell = Cell(suite="mxnet_bert", framework="mxnet_bert", model="m", precision="fp32", batch_size_per_device=32,
+    cell = Cell(suite="mxnet_bert", framework="mxnet_bert", model="m", precision="amp", batch_size_per_device=32,
                 topology=Topology.parse("1n1g"), window=WIN)
     f = get("mxnet_bert")
     return gate(f, Trial(cell, 1), f.parse([text]), WIN)

@@ -81,7 +81,7 @@ def test_seed_001_table_from_logs_with_gradient_accumulation(tmp_path):
     for (prec, bsz, gpus), speed in want.items():
         tag = "fp16" if prec == "amp" else "fp32"
         text = W.dle(list(range(1, 151)), bsz * acc * gpus / speed, micro=bsz, acc=acc, nproc=gpus,
-                     figure=round(speed * 0.995, 2))
+                     figure=round(speed * 0.995, 2), fp16=prec == "amp")
         W.write(tmp_path / f"bz{bsz}" / f"1n{gpus}g" / f"bert-base-lamb-training_b{bsz}_{tag}_1.log", text)
     res = extract_tree(load_suite("pytorch-bert"), tmp_path, window=Window(20, 100))
     assert all(t.valid for t in res.trials), [t.reason for t in res.trials if not t.valid]

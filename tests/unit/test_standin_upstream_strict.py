@@ -138,3 +138,23 @@ def test_the_applier_runs_in_front_of_the_real_command_on_the_overlay(tmp_path):
     parsed = f.parse(text.splitlines(keepends=True))
     assert f.trial_metric(parsed, cell, cell.window).value == 300.0
     assert (ROOTFS / "workspace/gluon-cv/scripts/classification/imagenet/train_horovod.py").read_bytes() == before
+
+
+def test_a_log_that_trained_another_precision_is_invalid_with_the_reason(tmp_path):
+    """What the stand-in prints follows the launched precision (Namespace dtype, DLE's fp16), and the
+    gate compares it with the cell: a run of the wrong precision never passes as the cell's number."""
+    from dlperf_tasks.model import Trial
+    from dlperf_tasks.validity import gate
+
+    for fw, cell, extra, want in (
+            ("mxnet_bert", _cell("mxnet_bert", 32, "1n1g", "amp"), ["--dtype", "float32"],
+             "log's dtype=float32 (gluon-nlp Namespace line) trains fp32, the cell's precision is amp"),
+            ("mxnet_resnet50", _cell("mxnet_resnet50", 128, "1n1g", "fp32"), ["--dtype=float16"],
+             "log's dtype=float16 (gluon-cv Namespace line) trains amp, the cell's precision is fp32"),
+            ("pytorch_bert", _cell("pytorch_bert", 32, "1n1g", "fp32"), ["--fp16"],
+             "trains amp, the cell's precision is fp32")):
+        rc, log = _run(fw, cell, tmp_path, extra_args=extra)[0]
+        assert rc == 0, log[-500:]
+        f = get(fw)
+        res = gate(f, Trial(cell, 1), f.parse(log.splitlines(keepends=True)), cell.window, exit_codes={"node1": 0})
+        assert not res.valid and want in res.reason, (fw, res.reason)
