@@ -14,8 +14,8 @@ from dlperf_tasks import resolved_secrets
 from dlperf_tasks.errors import StoreError
 from dlperf_tasks.safeurl import refusal, safe_url
 from dlperf_tasks.store import layout as L
-from dlperf_tasks.store.backends import (Backend, LocalBackend, NotFound, S3Backend, s3_settings, sha256_bytes,
-                                         settings_from_connection)
+from dlperf_tasks.store.backends import Backend, LocalBackend, NotFound, sha256_bytes
+from dlperf_tasks.store.s3backend import S3Backend, s3_settings, settings_from_connection
 from dlperf_tasks.store.index import iter_index, read_index
 from dlperf_tasks.store.limits import Limits, check_size
 from dlperf_tasks.store.publish import PublishResult, RetryPolicy, publish_run

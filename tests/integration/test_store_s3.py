@@ -226,7 +226,7 @@ def test_corrupted_object_is_detected_on_get_run(s3_live, bucket, store, tmp_pat
 def test_big_log_goes_up_as_multipart_and_verifies(s3_live, bucket, tmp_path, monkeypatch):
     """A log over the multipart threshold (lowered to 5 MiB here so the test stays small) is
     streamed in parts and still verified against the manifest."""
-    from dlperf_tasks.store import backends
+    from dlperf_tasks.store import s3backend as backends
 
     monkeypatch.setattr(backends, "MULTIPART_THRESHOLD", 5 << 20)
     monkeypatch.setattr(backends, "MULTIPART_CHUNK", 5 << 20)

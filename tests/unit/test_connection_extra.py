@@ -9,7 +9,7 @@ import pytest
 from dlperf_tasks.errors import RemoteError, StoreError
 from dlperf_tasks.remote.connections import connection_extra, ssh_secrets
 from dlperf_tasks.remote.inventory import Cluster
-from dlperf_tasks.store.backends import settings_from_connection
+from dlperf_tasks.store.s3backend import settings_from_connection
 
 
 def test_mapping_json_text_and_empty_are_read_alike():

@@ -10,7 +10,7 @@ from dlperf_tasks.cli import main
 from dlperf_tasks.errors import StoreError
 from dlperf_tasks.safeurl import credential_problem, safe_url
 from dlperf_tasks.settings import Settings, SettingsError
-from dlperf_tasks.store.backends import S3Settings
+from dlperf_tasks.store.s3backend import S3Settings
 from dlperf_tasks.store.store import Store
 
 SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCYzzSECRET"
