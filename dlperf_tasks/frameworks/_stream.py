@@ -54,7 +54,7 @@ assert not any(c.isdigit() or c == "\n" for h in _CRASH_HINTS for c in h), "the 
 def _may_hold_hint(text: str) -> bool:
     """False only when no crash hint occurs anywhere in ``text`` (an ASCII str)."""
     shapes = b"\n".join(dict.fromkeys(text.encode("ascii").translate(_DIGITS_TO_0).split(b"\n")))
-    return any(h in shapes for h in _HINTS_ASCII)
+    return any(map(shapes.__contains__, _HINTS_ASCII))  # no generator frame per hint
 
 
 def _long_line_at(block: str) -> int:
