@@ -212,6 +212,9 @@ def plausibility_problem(metric: TrialMetric, world: int, bound: float | None,
     return None
 
 
+#: the only units :func:`sample_bound_problems` bounds
+_BOUNDED_UNITS = frozenset(("ms/iter", "samples/s"))
+
 _FLOOR_WHY = "the framework's FLOP count for one iteration at a per-GPU peak above any GPU's"
 
 
@@ -236,9 +239,12 @@ def sample_bound_problems(samples: Samples, world: int, bound: float | None, kin
                                                             f"plausible_max_per_gpu {bound:g} samples/s")
     hi_rate = bound * max(world, 1) if bound and MetricKind(kind) != MetricKind.LATENCY else math.inf
     try:
-        if set(units) == {"ms/iter"} and lo_ms < min(vals) and max(vals) <= DAY_MS:
+        kinds = set(units)
+        if kinds.isdisjoint(_BOUNDED_UNITS):
+            return []  # e.g. "s" (timestamp-only logs): the loop below bounds no other unit
+        if kinds == {"ms/iter"} and lo_ms < min(vals) and max(vals) <= DAY_MS:
             return []
-        if set(units) == {"samples/s"} and max(vals) <= hi_rate:
+        if kinds == {"samples/s"} and max(vals) <= hi_rate:
             return []
     except TypeError:
         return []  # a non-number: generic_problems names it

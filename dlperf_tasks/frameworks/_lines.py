@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from itertools import repeat
-from operator import add, mul
+from operator import add
 from typing import Iterable, Iterator
 
 from dlperf_tasks.model import LogFacts, as_samples
@@ -288,8 +287,9 @@ def clock_seconds(day: float, hours: list[str], minutes: list[str], seconds: lis
     seconds), at C speed. ``day`` + hours + minutes is a whole number, so adding ``SS.ffffff`` last
     rounds once, like adding the whole seconds first and the fraction after: the same double (with 6
     decimals the exact sum is never within rounding reach of a tie). Raises ValueError on a bad field."""
-    hm = map(add, map(mul, map(int, hours), repeat(3600)), map(mul, map(int, minutes), repeat(60)))
-    return list(map(add, map(add, repeat(day), hm), map(float, seconds)))
+    hm = list(zip(hours, minutes))  # a log's lines share few (hour, minute) pairs: each converted once
+    base = {k: day + (int(k[0]) * 3600 + int(k[1]) * 60) for k in set(hm)}
+    return list(map(add, map(base.__getitem__, hm), map(float, seconds)))
 
 
 def step_window(samples: list, stride: int | None, warmup: int, total: int, skip: int = 0):

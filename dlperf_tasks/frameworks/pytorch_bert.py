@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import operator
 import re
 from typing import Mapping
 
@@ -360,8 +361,8 @@ class PytorchBertStream(LogStream):
         try:
             day = _day_seconds(ys[0], mos[0], ds[0])
             raw = list(map(int, parts[8::11]))
-            if (self._last_step is not None and raw[0] <= self._last_step) or any(
-                    b <= a for a, b in zip(raw, raw[1:])):
+            if (self._last_step is not None and raw[0] <= self._last_step) or not all(
+                    map(operator.lt, raw, raw[1:])):  # ints: strictly increasing, compared at C speed
                 return False  # a repeated or backward step: row by row (skipped step or restart)
             off = self._offset
             steps = [s + off for s in raw] if off else raw

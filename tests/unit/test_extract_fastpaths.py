@@ -104,3 +104,56 @@ def test_mxnet_speeds_by_step_same_in_step_order_and_any_order():
     assert sorted(a) == list(range(6, 26))  # lo < step <= hi
     assert {k: sorted(v) for k, v in a.items()} == {k: sorted(v) for k, v in b.items()}
     assert len(a[12]) == 5 and a[6][0] == pytest.approx(128000.0 / ordered[20][1])
+
+
+def _bars(n: int, rng: random.Random) -> str:
+    return "".join(f"Iteration:  {rng.randint(0, 99)}%|#  | {i}/1646 [00:{rng.randint(10, 59)}<1:0{i % 10}:29, "
+                   f" {rng.random():.2f}it/s]\n" for i in range(n))
+
+
+@pytest.mark.parametrize("hint", _lines._CRASH_HINTS)
+def test_crash_shape_check_finds_every_hint_among_digit_noise(monkeypatch, hint):
+    """Issue 28: the digit-free line shapes hold a hint exactly when the text does, so skipping the
+    per-hint scan when the shapes hold none never loses a marker."""
+    from dlperf_tasks.frameworks._stream import _SHAPES_FROM, _may_hold_hint
+
+    rng = random.Random(hint)
+    text = _bars(200, rng) + f"12:0{rng.randint(0, 9)} 7{hint}3 at 0x1f2\n" + _bars(200, rng)
+    assert len(text) >= _SHAPES_FROM and _may_hold_hint(text)
+    assert not _may_hold_hint(text.replace(hint, "-"))
+    real = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    text = _bars(300, rng) + real + _bars(10, rng)
+    markers = []
+    for shapes_from in (1 << 40, 1):  # never / always checked by shape first
+        monkeypatch.setattr("dlperf_tasks.frameworks._stream._SHAPES_FROM", shapes_from)
+        _lines._VERDICTS.clear()
+        st = _Plain()
+        st.feed(text)
+        markers.append(st.close().facts.crash_markers)
+    assert markers[0] and markers[0] == markers[1]
+
+
+def test_clock_seconds_same_doubles_as_the_plain_sum():
+    from dlperf_tasks.frameworks._lines import clock_seconds
+
+    rng = random.Random(11)
+    for _ in range(300):
+        n = rng.randint(1, 200)
+        day = 86400.0 * rng.randint(0, 30000)
+        h = [f"{rng.randint(0, 23):02d}" for _ in range(n)]
+        m = [str(rng.randint(0, 59)) for _ in range(n)]
+        s = [f"{rng.randint(0, 59):02d}.{rng.randint(0, 999999):06d}" for _ in range(n)]
+        assert clock_seconds(day, h, m, s) == [day + (int(a) * 3600 + int(b) * 60) + float(c) for a, b, c in zip(h, m, s)]
+    with pytest.raises(ValueError):
+        clock_seconds(0.0, ["1"], ["x"], ["1.0"])
+
+
+def test_sample_bounds_skip_only_units_they_never_bound():
+    from dlperf_tasks.model import MetricKind, Samples
+    from dlperf_tasks.validity import sample_bound_problems
+
+    s = Samples()
+    s.add_columns([1, 2], [1e-300, 1e12], "s")  # timestamps: no bound applies
+    assert sample_bound_problems(s, 8, 100.0, MetricKind.LATENCY) == []
+    s.add_columns([3], [1e-300], "ms/iter")
+    assert "below the plausible floor" in sample_bound_problems(s, 8, 100.0, MetricKind.LATENCY)[0]
