@@ -222,11 +222,12 @@ def _interval(v: Verdict, current_values: list[float], base_points: list, cfg: R
     n_hist = int(median([len(xs) for _, _, xs in base_points]))
     var = floor_factor ** 2 * (noise.var_median(len(current_values))
                                + MEDIAN_EFF * noise.var_median(n_hist) / len(base_points))
-    se = 100.0 * math.sqrt(var)
+    se = math.sqrt(var)  # on the log scale: the interval never reaches below -100 %
     q95 = t_quantile(0.975, noise.df)
-    v.ci_pct = [round(v.delta_pct - q95 * se, 3), round(v.delta_pct + q95 * se, 3)]
-    threshold = t_quantile(1 - cfg.alpha, noise.df) * se  # one-sided detection threshold (50 % power)
-    v.mde_pct = threshold + NormalDist().inv_cdf(0.8) * se
+    d = math.log1p(v.delta_pct / 100.0) if v.delta_pct > -100.0 else -math.inf
+    v.ci_pct = [round(100.0 * math.expm1(d - q95 * se), 3), round(100.0 * math.expm1(d + q95 * se), 3)]
+    threshold = 100.0 * t_quantile(1 - cfg.alpha, noise.df) * se  # one-sided detection threshold (50 % power)
+    v.mde_pct = threshold + 100.0 * NormalDist().inv_cdf(0.8) * se
     if v.status == OK and threshold > 100.0 * cfg.min_effect:
         v.status = UNDECIDED
         v.note = (f"{v.n_current} trial(s) at {100 * noise.within:.1f}% trial noise detect drops of "
