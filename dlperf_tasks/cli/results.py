@@ -209,8 +209,9 @@ def cmd_show(args) -> int:
     if regress is not None:
         _print("")
         findings = regress.get("findings") or []
-        _print(f"regressions: {len(findings)} finding(s), {len(regress.get('noisy') or [])} noisy cell(s), "
-               f"{len(regress.get('undecided') or [])} undecided check(s)")
+        from dlperf_tasks.history.basis import basis_line, basis_of
+
+        _print(f"regressions: {basis_line(basis_of(regress))}")
         for f in findings:
             if f["kind"] == "loss":  # loss sanity: "fast but wrong?" with the band (history/loss.py)
                 _print(f"  {f['kind']:10} {f['cell_id']}: {f.get('note')}")

@@ -121,8 +121,17 @@ class RegressionReport:
     def improved(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.status == IMPROVED]
 
+    @property
+    def basis(self) -> dict[str, Any]:
+        """The counts every surface shows (history/basis.py: the one function that makes them)."""
+        from dlperf_tasks.history.basis import summarize
+
+        return summarize(({"kind": v.kind, "cell_id": v.cell_id, "status": v.status} for v in self.verdicts),
+                         self.config.min_history)
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "basis": self.basis,
             "run_id": self.run_id,
             "suite": self.suite,
             "config": asdict(self.config),
@@ -137,8 +146,9 @@ class RegressionReport:
 
     def summary_lines(self) -> list[str]:
         """Human-readable lines for task logs and notifications."""
-        lines = [f"regression check of run {self.run_id} ({self.suite}): {len(self.findings)} finding(s), "
-                 f"{len(self.noisy)} noisy cell(s), {len({v.cell_id for v in self.verdicts})} cell(s) checked"]
+        from dlperf_tasks.history.basis import basis_line
+
+        lines = [f"regression check of run {self.run_id} ({self.suite}): {basis_line(self.basis)}"]
         for v in self.findings + self.noisy:
             if v.kind == "loss":  # "fast but wrong?": the note says it all
                 lines.append(f"  LOSS {v.cell_id}: {v.note}")
