@@ -91,3 +91,25 @@ def test_states_order_and_reasons():
     assert s["states"] == {"a": "regression", "b": "not judged: too few trials", "c": "not judged: no history",
                            "d": "noisy", "e": "improvement", "f": "regression"}
     assert (s["judged"], s["not_judged"], s["regression"]) == (4, 2, 2)
+
+
+def test_make_run_table_and_report_md_flag_noisy_superlinear_and_unsteady():
+    """The issue's make run: 1n1g trials 127.9 / 15.68 / 59.9 (CV 0.83) and a speedup of 2.07 on
+    2 GPUs, shown without a flag; old code: no flags column, no Flags section."""
+    from dlperf_tasks.engine.outputs import result_table
+    from dlperf_tasks.report.markdown import render_markdown
+
+    cells = [
+        {"cell_id": "s/bz8/fp32/1n1g", "nodes": 1, "gpus": 1, "median_speed": 59.9, "average_speed": 67.83,
+         "speedup": 1.0, "n_valid": 3, "n_invalid": 0, "unit": "samples/s", "cv": 0.8334,
+         "trials": [], "steady_state": {"steady": False, "unsteady_trials": ["t2"]}},
+        {"cell_id": "s/bz8/fp32/1n2g", "nodes": 1, "gpus": 2, "median_speed": 124.0, "average_speed": 124.0,
+         "speedup": 2.07, "scaling_efficiency": 1.035, "n_valid": 3, "n_invalid": 0, "unit": "samples/s",
+         "cv": 0.01, "trials": []},
+    ]
+    table = result_table([{"cells": cells}])
+    assert "flags" in table.splitlines()[0]
+    assert "noisy: CV 83.34% > 5%" in table and "unsteady window: t2" in table
+    assert "superlinear: speedup 2.07 on 2 GPUs" in table
+    md = render_markdown({"run": {"suite": "s"}, "cells": cells}, trials=False, full=False)
+    assert "## Flags" in md and "noisy: CV 83.34% > 5%" in md and "superlinear" in md
