@@ -68,7 +68,7 @@ class ExtractResult:
 
     def run_metadata(self, **extra: Any) -> dict[str, Any]:
         meta = {
-            "run_id": f"extract-{self.suite.id}",
+            "run_id": extract_run_id(self.suite.id, self.window, self.trials),
             "suite": self.suite.id,
             "framework": self.suite.framework,
             "source": "extract",
@@ -86,6 +86,24 @@ class ExtractResult:
         samples_of = None if self.samples_kept else (lambda t: refs.get(id(t), []))
         return build_result(self.cells, self.run_metadata(**dict(run or {})), dlperf_model=dlperf_model_key(self.suite),
                             samples_of=samples_of)
+
+
+def extract_run_id(suite_id: str, window: Window, trials: Iterable[TrialResult]) -> str:
+    """``extract-<suite>-<12 hex>``: the hex is a digest of what was extracted (window, every
+    trial's id, status, speed, timestamps and log file names), so two different archives of one
+    suite get two ids (publishing the second never replaces the first) while extracting the same
+    logs again gives the same id (re-publishing it stays idempotent)."""
+    import hashlib
+    import json
+
+    rows = []
+    for t in sorted(trials, key=lambda t: t.trial.id):
+        m = t.metric
+        rows.append([t.trial.id, str(getattr(t.status, "value", t.status)), t.reason,
+                     None if m is None else repr(m.value), None if m is None else repr(m.throughput),
+                     t.started_at, t.finished_at, sorted(os.path.basename(p) for p in t.log_paths)])
+    doc = json.dumps({"suite": suite_id, "window": window.to_dict(), "trials": rows}, sort_keys=True, default=str)
+    return f"extract-{suite_id}-{hashlib.sha256(doc.encode()).hexdigest()[:12]}"
 
 
 def dlperf_model_key(suite) -> str | None:

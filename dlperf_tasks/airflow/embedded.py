@@ -68,7 +68,7 @@ def show(dag_id: str) -> int:
         reg = p.get("regressions") or {}
         if reg:
             print(f"  regressions : {reg['error']} (check failed; run published)" if reg.get("error") else
-                  f"  regressions : {reg.get('findings', 0)} finding(s) against the suite's history")
+                  f"  regressions : {reg.get('basis_line') or str(reg.get('findings', 0)) + ' finding(s)'}")
     return 0
 
 

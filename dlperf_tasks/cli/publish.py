@@ -22,7 +22,8 @@ manifest.json (size + sha256 of every object); 2) refuse if a known host/IP/user
 retried with backoff and verified; 4) update the suite index (index/<suite>.json).
 
 Objects already in the store with the same checksum are skipped, so publishing again is
-harmless. If publishing fails midway, the store holds no manifest for the run (it is
+harmless. A different run already stored under the same run id is refused (both named)
+unless --replace is given. If publishing fails midway, the store holds no manifest for the run (it is
 visibly incomplete) and the spool is kept: 'dlperf publish --resume RUN_DIR' uploads that
 same spool later, giving identical objects.
 
@@ -60,6 +61,8 @@ def register(subparsers) -> None:
                    help="what to redact: comma list of ips,hostnames,users (default: all), or 'none'")
     p.add_argument("--retries", type=positive_int, metavar="N", default=None,
                    help="attempts per object before giving up (default 4, exponential backoff)")
+    p.add_argument("--replace", action="store_true",
+                   help="replace a different run the store holds under the same run id (refused without it)")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     p.set_defaults(func=run)
 
@@ -88,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         kw["inventory"] = args.inventory
     store = Store.from_settings(settings.get("url"), **kw)
     retry = RetryPolicy(attempts=args.retries) if args.retries else None
-    res = store.publish(run_dir, resume=args.resume, retry=retry,
+    res = store.publish(run_dir, resume=args.resume, retry=retry, replace=args.replace,
                         on_wait=lambda msg: print(f"dlperf publish: {msg}", file=sys.stderr, flush=True))
     for item in res.not_published:  # links, hard links, special files, binary logs: named, never followed
         print(f"dlperf publish: not published: {item.get('path')}: {item.get('reason')}", file=sys.stderr)

@@ -73,8 +73,10 @@ def register(subparsers) -> None:
 
     q = sub.add_parser("get", help="download a run (checksums verified)",
                        description="Download every object of a run into DIR, verifying each against the "
-                                   "manifest's sha256; a corrupted object is refused.")
+                                   "manifest's sha256; a corrupted object is refused. RUN: a run id, a unique "
+                                   "prefix of one, or 'latest' (newest run, of --suite if given).")
     q.add_argument("run_id", metavar="RUN")
+    q.add_argument("--suite", help="with 'latest' or a prefix: only runs of this suite")
     q.add_argument("--to", required=True, metavar="DIR", help="destination directory")
     _common(q, fmt=False)
     q.set_defaults(func=cmd_get)
@@ -108,8 +110,10 @@ def register(subparsers) -> None:
     q = sub.add_parser("check", help="regression check of one run against history",
                        description="Test every cell of RUN against the same cell in the suite's last N "
                                    "valid earlier runs (throughput and scaling; see docs/results.md). "
-                                   "Exit status 1 if a regression is found.")
+                                   "Exit status 1 if a regression is found. RUN: a run id, a unique prefix "
+                                   "of one, or 'latest' (newest run, of --suite if given).")
     q.add_argument("run_id", metavar="RUN")
+    q.add_argument("--suite", help="with 'latest' or a prefix: only runs of this suite")
     q.add_argument("--history", type=positive_int, default=20, metavar="N", help="baseline runs per cell (default 20)")
     q.add_argument("--min-effect", type=percent, default=3.0, metavar="PCT", help="minimum drop in %% (default 3)")
     q.add_argument("--alpha", type=fraction, default=0.01, help="Mann-Whitney significance level (default 0.01)")
@@ -205,8 +209,9 @@ def cmd_show(args) -> int:
     if regress is not None:
         _print("")
         findings = regress.get("findings") or []
-        _print(f"regressions: {len(findings)} finding(s), {len(regress.get('noisy') or [])} noisy cell(s), "
-               f"{len(regress.get('undecided') or [])} undecided check(s)")
+        from dlperf_tasks.history.basis import basis_line, basis_of
+
+        _print(f"regressions: {basis_line(basis_of(regress))}")
         for f in findings:
             if f["kind"] == "loss":  # loss sanity: "fast but wrong?" with the band (history/loss.py)
                 _print(f"  {f['kind']:10} {f['cell_id']}: {f.get('note')}")
@@ -225,7 +230,10 @@ def cmd_show(args) -> int:
 
 
 def cmd_get(args) -> int:
+    from dlperf_tasks.history.source import resolve_run
+
     store = _store(args)
+    args.run_id = resolve_run(store, args.run_id, suite=args.suite)
     out = store.get_run(args.run_id, args.to)
     _print(f"run {args.run_id} downloaded to {out if out is not None else args.to} (checksums verified)")
     return 0
@@ -285,7 +293,10 @@ def cmd_check(args) -> int:
     from dlperf_tasks.history.check import check_run
     from dlperf_tasks.history.regress import RegressConfig
 
+    from dlperf_tasks.history.source import resolve_run
+
     store = _store(args)
+    args.run_id = resolve_run(store, args.run_id, suite=args.suite)
     cfg = RegressConfig(history_runs=args.history, min_effect=args.min_effect / 100.0, alpha=args.alpha)
     report = check_run(store, args.run_id, cfg, record=args.record,
                        notify_target=args.notify, notify_default=args.record, log=None)

@@ -139,8 +139,11 @@ def regression_check(store, run_id: str, settings,
     except Exception as exc:  # noqa: BLE001 - the check must not fail a published run
         log.error("regression check of %s failed (the run is published): %s: %s", run_id, type(exc).__name__, exc)
         return {"error": f"{type(exc).__name__}: {exc}"}
+    from dlperf_tasks.history.basis import basis_line
+
     return {"findings": len(rep.findings), "noisy": len(rep.noisy), "notified": sent,
-            "cells": sorted({f"{v.kind}:{v.cell_id}" for v in rep.findings}), "summary": rep.summary_lines()}
+            "cells": sorted({f"{v.kind}:{v.cell_id}" for v in rep.findings}), "summary": rep.summary_lines(),
+            "basis": rep.basis, "basis_line": basis_line(rep.basis)}
 
 
 def cleanup(run_set: Mapping[str, Any] | None, settings) -> dict[str, Any]:

@@ -167,18 +167,22 @@ def write_index_files(out: Path, result: Mapping[str, Any]) -> list[str]:
 
 def cell_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"cell_id": c["cell_id"], "median_speed": c["median_speed"], "average_speed": c["average_speed"],
-             "speedup": c["speedup"], "n_valid": c["n_valid"], "n_invalid": c["n_invalid"], "unit": c.get("unit")}
+             "speedup": c["speedup"], "n_valid": c["n_valid"], "n_invalid": c["n_invalid"], "unit": c.get("unit"),
+             "cv": c.get("cv"), "gpus": c.get("gpus"), "scaling_efficiency": c.get("scaling_efficiency"),
+             "steady_state": c.get("steady_state")}
             for c in result.get("cells", [])]
 
 
 def result_table(summaries: list[Mapping[str, Any]]) -> str:
     """A plain-text table of the cells (what ``make run`` prints)."""
-    rows = [["cell", "median", "average", "speedup", "valid/invalid"]]
+    from dlperf_tasks.report.flags import cell_flags
+
+    rows = [["cell", "median", "average", "speedup", "valid/invalid", "flags"]]
     for s in summaries:
         for c in s.get("cells", []):
             unit = f" {c['unit']}" if c.get("unit") and c.get("median_speed") is not None else ""
             fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
             rows.append([c["cell_id"], fmt(c["median_speed"]) + unit, fmt(c["average_speed"]), fmt(c["speedup"]),
-                         f"{c['n_valid']}/{c['n_invalid']}"])
+                         f"{c['n_valid']}/{c['n_invalid']}", "; ".join(cell_flags(c)) or "-"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)

@@ -30,8 +30,10 @@ _log = logging.getLogger("dlperf.history")
 def index_badge(report: RegressionReport) -> dict[str, Any]:
     """The short form kept in the suite index row (``regressions``), so listings and the web
     page show flagged runs without reading every manifest."""
+    b = report.basis
     return {"findings": len(report.findings), "noisy": len(report.noisy),
-            "cells": sorted({f"{v.kind}:{v.cell_id}" for v in report.findings})}
+            "cells": sorted({f"{v.kind}:{v.cell_id}" for v in report.findings}),
+            "judged": b["judged"], "not_judged": b["not_judged"]}
 
 
 def record_report(store: Any, run_id: str, report: RegressionReport) -> None:

@@ -74,6 +74,8 @@ def run_note(published: Iterable[Mapping[str, Any]], base_url: str) -> str:
         rid = str(p.get("run_id"))
         out.append(f"**{p.get('suite')}** run `{rid}`: [results]({results_url(base_url, rid)})")
         reg = p.get("regressions") or {}
+        if reg.get("basis_line"):
+            out.append(f"regression check: {reg['basis_line']}")
         if reg.get("findings"):
             out.append(f"**{reg['findings']} regression finding(s)**: {', '.join(reg.get('cells') or [])}")
         if p.get("error"):

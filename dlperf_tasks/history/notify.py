@@ -136,9 +136,14 @@ def findings_message(report: Mapping[str, Any], results_url: str | None = None) 
     findings = report.get("findings") or []
     if report.get("kind") == "confirmation":
         return _confirmation_message(report, findings, results_url)
+    from dlperf_tasks.history.basis import badge, basis_of
+
     subject = (f"dlperf: {len(findings)} regression(s) in {report.get('suite')} run {report.get('run_id')}"
-               if findings else f"dlperf: no regression in {report.get('suite')} run {report.get('run_id')}")
-    lines = [subject] + [_finding_line(f) for f in findings]
+               if findings else f"dlperf: {badge(basis_of(report))[1]} in {report.get('suite')} run "
+                                f"{report.get('run_id')}")
+    from dlperf_tasks.history.basis import basis_line
+
+    lines = [subject] + [_finding_line(f) for f in findings] + [f"basis: {basis_line(basis_of(report))}"]
     if results_url:
         lines.append(f"results: {results_url}")
     return {"kind": "findings", "subject": subject, "text": "\n".join(lines), "url": results_url,

@@ -121,8 +121,17 @@ class RegressionReport:
     def improved(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.status == IMPROVED]
 
+    @property
+    def basis(self) -> dict[str, Any]:
+        """The counts every surface shows (history/basis.py: the one function that makes them)."""
+        from dlperf_tasks.history.basis import summarize
+
+        return summarize(({"kind": v.kind, "cell_id": v.cell_id, "status": v.status} for v in self.verdicts),
+                         self.config.min_history)
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "basis": self.basis,
             "run_id": self.run_id,
             "suite": self.suite,
             "config": asdict(self.config),
@@ -137,8 +146,9 @@ class RegressionReport:
 
     def summary_lines(self) -> list[str]:
         """Human-readable lines for task logs and notifications."""
-        lines = [f"regression check of run {self.run_id} ({self.suite}): {len(self.findings)} finding(s), "
-                 f"{len(self.noisy)} noisy cell(s), {len({v.cell_id for v in self.verdicts})} cell(s) checked"]
+        from dlperf_tasks.history.basis import basis_line
+
+        lines = [f"regression check of run {self.run_id} ({self.suite}): {basis_line(self.basis)}"]
         for v in self.findings + self.noisy:
             if v.kind == "loss":  # "fast but wrong?": the note says it all
                 lines.append(f"  LOSS {v.cell_id}: {v.note}")
@@ -222,11 +232,12 @@ def _interval(v: Verdict, current_values: list[float], base_points: list, cfg: R
     n_hist = int(median([len(xs) for _, _, xs in base_points]))
     var = floor_factor ** 2 * (noise.var_median(len(current_values))
                                + MEDIAN_EFF * noise.var_median(n_hist) / len(base_points))
-    se = 100.0 * math.sqrt(var)
+    se = math.sqrt(var)  # on the log scale: the interval never reaches below -100 %
     q95 = t_quantile(0.975, noise.df)
-    v.ci_pct = [round(v.delta_pct - q95 * se, 3), round(v.delta_pct + q95 * se, 3)]
-    threshold = t_quantile(1 - cfg.alpha, noise.df) * se  # one-sided detection threshold (50 % power)
-    v.mde_pct = threshold + NormalDist().inv_cdf(0.8) * se
+    d = math.log1p(v.delta_pct / 100.0) if v.delta_pct > -100.0 else -math.inf
+    v.ci_pct = [round(100.0 * math.expm1(d - q95 * se), 3), round(100.0 * math.expm1(d + q95 * se), 3)]
+    threshold = 100.0 * t_quantile(1 - cfg.alpha, noise.df) * se  # one-sided detection threshold (50 % power)
+    v.mde_pct = threshold + 100.0 * NormalDist().inv_cdf(0.8) * se
     if v.status == OK and threshold > 100.0 * cfg.min_effect:
         v.status = UNDECIDED
         v.note = (f"{v.n_current} trial(s) at {100 * noise.within:.1f}% trial noise detect drops of "

@@ -58,14 +58,17 @@ def compare_rows(doc: Mapping[str, Any]) -> list[dict]:
     return [{"cell_id": c["cell_id"], "median_a": c["median_a"], "median_b": c["median_b"],
              "n_a": c["n_a"], "n_b": c["n_b"], "delta_pct": c["delta_pct"],
              "ci_pct": None if c["ci_pct"] is None else f"[{c['ci_pct'][0]:+.2f}, {c['ci_pct'][1]:+.2f}]",
-             "mde_pct": c["mde_pct"], "speedup_a": c["speedup_a"], "speedup_b": c["speedup_b"],
-             "verdict": c["verdict"], "noise": c["noise_source"]}
+             "mde_pct": c["mde_pct"], "floor_pct": c.get("floor_pct"), "speedup_a": c["speedup_a"],
+             "speedup_b": c["speedup_b"], "verdict": c["verdict"], "noise": c["noise_source"],
+             "reason": c.get("reason") or ""}
             for c in doc["cells"]]
 
 
 def verdict_note(doc: Mapping[str, Any]) -> str:
     """One plain sentence about what the comparison could and could not decide."""
     counts = doc.get("verdicts") or {}
+    if doc.get("same_run"):
+        return f"A and B are the same run ({doc.get('run_a')}): nothing to compare"
     und = counts.get("undecided", 0) + counts.get("n/a", 0)
     parts = [f"{n} {v}" for v, n in sorted(counts.items())]
     text = "verdicts: " + (", ".join(parts) or "none")
@@ -74,4 +77,9 @@ def verdict_note(doc: Mapping[str, Any]) -> str:
         text += (f"; {und} cell(s) cannot be decided with these trial counts"
                  + (f" (they detect changes of {min(mdes):.1f}% or more)" if mdes else "")
                  + ": run more trials")
+    if counts.get("within_noise"):
+        text += (f"; {counts['within_noise']} cell(s) changed less than two runs of the same code do on this "
+                 "machine (the noise floor): not called faster or slower")
+    if not doc.get("same_machine", True):
+        text += "; A and B ran on different machines (see the environment diff)"
     return text

@@ -164,3 +164,13 @@ def env_diff(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> dict[st
 
 def sort_runs(runs: Iterable[RunView]) -> list[RunView]:
     return sorted(runs, key=lambda r: r.sort_key)
+
+
+# the flattened env keys (last dotted part) that say which machine a run ran on
+MACHINE_KEYS = frozenset({"gpu_model", "driver", "cpu", "cpu_count", "kernel", "platform", "runtime"})
+
+
+def machine_of(env: Mapping[str, Any]) -> tuple:
+    """What identifies the machine in a run's flattened env (empty when nothing was captured):
+    runs with equal tuples ran on the same kind of machine (node names are redacted per run)."""
+    return tuple(sorted((k, str(v)) for k, v in env.items() if k.rsplit(".", 1)[-1] in MACHINE_KEYS))

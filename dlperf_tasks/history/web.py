@@ -155,6 +155,7 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
                     badge = by_id[row["run_id"]].get("regressions")
                     row["checked"] = badge is not None
                     row["finding_cells"] = (badge or {}).get("cells", [])
+                    row["judged"] = (badge or {}).get("judged")  # None: recorded before issue 26
                 suites.append({"suite": suite, "framework": runs[-1].get("framework") if runs else None,
                                "total": total, "runs": rows})
         except DlperfError as exc:
@@ -190,7 +191,11 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
                        "tasks": [(t, links.task_url(ui_base, dag_id, dag_run_id, t))
                                  for t in ("trial", "aggregate", "publish")]}
         flagged = {f["cell_id"] for f in (regressions or {}).get("findings", [])}
+        from dlperf_tasks.history.basis import badge, basis_line, basis_of
+
+        basis = basis_of(regressions)
         return page(request, "run.html", viewer, run={"run_id": run.get("run_id", run_id), "suite": suite},
+                    basis=basis, basis_text=basis_line(basis), basis_badge=badge(basis),
                     meta=meta + env_items, cells=show_rows(result), plots=plots, regressions=regressions,
                     flagged=flagged, dag_links=dag_links, files=[f for f in FILES if f in paths], previous=previous,
                     confirmations=(confirmations or {}).get("findings") or {}, decisions=_decision_lines(run))

@@ -222,6 +222,9 @@ def render_markdown(result: Mapping[str, Any], *, full: bool = True, trials: boo
     if latency:
         out += ["### latency and memory per case", "", latency_table(latency), "", memory_note(latency), ""]
 
+    from dlperf_tasks.report.flags import flags_lines
+
+    out += flags_lines(cells)
     if trials:
         out += ["## Per-trial speeds", ""]
         for key, members in groups.items():

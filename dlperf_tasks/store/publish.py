@@ -26,6 +26,7 @@ from dlperf_tasks.store.backends import Backend, PreconditionFailed
 from dlperf_tasks.store.index import run_summary, update_index
 from dlperf_tasks.store.redact import Redactor
 from dlperf_tasks.store.runfiles import publish_lock
+from dlperf_tasks.store.sameid import existing_other_run, refuse_message
 from dlperf_tasks.store.spool import Spool
 
 
@@ -118,23 +119,25 @@ def upload_object(backend: Backend, key: str, path: Path, size: int, sha256: str
 def publish_run(store: StoreLocation, run_dir: str | Path, *, redactor: Redactor | None = None,
                 resume: bool = False, policy: RetryPolicy | None = None,
                 on_uploaded: Callable[[str, int], None] | None = None,
-                on_wait: Callable[[str], None] | None = None) -> PublishResult:
+                on_wait: Callable[[str], None] | None = None, replace: bool = False) -> PublishResult:
     """Publish ``run_dir`` to ``store`` (see module docstring).
 
     ``on_uploaded(key, n)`` is called after the n-th object (1-based) was written or found
     identical; tests use it to take the server down between objects. Publishes of one run
     directory are serialised (store/runfiles.py: publish_lock); ``on_wait(message)`` is told
-    when this one waits for another."""
+    when this one waits for another. A different run already stored under the same run id
+    (store/sameid.py) is refused, naming both, unless ``replace``."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise StoreError(f"run directory {run_dir} does not exist")
     with publish_lock(run_dir, on_wait=on_wait):
         return _publish_locked(store, run_dir, redactor=redactor, resume=resume, policy=policy,
-                               on_uploaded=on_uploaded)
+                               on_uploaded=on_uploaded, replace=replace)
 
 
 def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor | None, resume: bool,
-                    policy: RetryPolicy | None, on_uploaded: Callable[[str, int], None] | None) -> PublishResult:
+                    policy: RetryPolicy | None, on_uploaded: Callable[[str, int], None] | None,
+                    replace: bool = False) -> PublishResult:
     t0 = time.monotonic()
     policy = policy or store.retry
     run_dir = Path(run_dir)
@@ -158,6 +161,10 @@ def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor |
         spool.write_state(False, [], error=str(exc))
         raise StoreError(f"cannot publish run {spool.run_id}: {exc}; the spool is kept at {spool.root}, "
                          f"finish later with 'dlperf publish --resume {run_dir}'") from None
+    if not replace:
+        other = existing_other_run(backend, layout, spool.manifest)
+        if other is not None:
+            raise StoreError(refuse_message(store.url(), spool.manifest, other))
 
     done: list[str] = list(spool.state().get("uploaded", [])) if resume else []
     uploaded: list[str] = []

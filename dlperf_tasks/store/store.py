@@ -180,12 +180,13 @@ class Store:
     def publish(self, run_dir: str | os.PathLike, *, inventory: Any = None, resume: bool = False,
                 retry: RetryPolicy | None = None,
                 on_uploaded: Callable[[str, int], None] | None = None,
-                on_wait: Callable[[str], None] | None = None) -> PublishResult:
+                on_wait: Callable[[str], None] | None = None, replace: bool = False) -> PublishResult:
         """Publish a run directory (see :mod:`dlperf_tasks.store.publish`). Returns a
-        :class:`PublishResult` (``str(result)`` = the run's URL)."""
+        :class:`PublishResult` (``str(result)`` = the run's URL). A different run stored under
+        the same run id is refused unless ``replace``."""
         redactor = None if resume else self.redactor(inventory)
         return publish_run(self, run_dir, redactor=redactor, resume=resume, policy=retry or self.retry,
-                           on_uploaded=on_uploaded, on_wait=on_wait)
+                           on_uploaded=on_uploaded, on_wait=on_wait, replace=replace)
 
     # ------------------------------------------------------------------ read API
     def suites(self) -> list[str]:

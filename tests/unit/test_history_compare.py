@@ -58,7 +58,7 @@ def test_undecided_when_the_interval_reaches_past_the_tolerance():
 
 
 def test_latency_cells_get_the_right_direction():
-    q = Noise(within=0.01, between=0.0, df=40, source="h")
+    q = Noise(within=0.01, between=0.0, df=40, source="h", run_sd=0.01, runs=10)
     assert median_diff_interval([100, 101, 99], [120, 121, 119], q, higher_is_better=False).verdict == "slower"
 
 

@@ -120,7 +120,7 @@ def test_results_show_and_page_carry_the_loss_finding(seeded, capsys):
     capsys.readouterr()
     assert main(["results", "show", ids[6], "--store", store.url()]) == 0
     out = capsys.readouterr().out
-    assert f"  loss       {CELL}: fast but wrong? final loss" in out and "regressions: 1 finding(s)" in out
+    assert f"  loss       {CELL}: fast but wrong? final loss" in out and "1 regression(s)" in out
     app = create_app(lambda: store, authorize=lambda: Viewer(name="t", suites=frozenset({synth.SUITE}),
                                                              other_suites=False, known=frozenset({synth.SUITE})))
     page = TestClient(app).get(f"/runs/{ids[6]}")

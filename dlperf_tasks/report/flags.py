@@ -1,0 +1,37 @@
+"""Flags a reader must see beside a cell's numbers (issue 26.1): a noisy cell (CV of its valid
+trials above the bound, :data:`dlperf_tasks.history.rows.NOISY_CV`), a superlinear speedup
+(more than the cell's GPU count) or a scaling efficiency above 1, and an unsteady measurement
+window (speed still trending in some trials, dlperf_tasks/steady.py). Used by ``make run``'s
+table (engine/outputs.py) and report.md (report/markdown.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from dlperf_tasks.history.rows import NOISY_CV
+
+
+def cell_flags(c: Mapping[str, Any], cv_bound: float = NOISY_CV) -> list[str]:
+    out = []
+    cv = c.get("cv")
+    if isinstance(cv, (int, float)) and cv > cv_bound:
+        out.append(f"noisy: CV {100 * cv:.2f}% > {100 * cv_bound:.0f}%")
+    sp, gpus, eff = c.get("speedup"), c.get("gpus"), c.get("scaling_efficiency")
+    if isinstance(sp, (int, float)) and isinstance(gpus, int) and gpus > 1 and sp > gpus:
+        out.append(f"superlinear: speedup {sp:.2f} on {gpus} GPUs")
+    elif isinstance(eff, (int, float)) and eff > 1.0:
+        out.append(f"efficiency {eff:.2f} > 1")
+    st = c.get("steady_state")
+    if isinstance(st, Mapping) and st.get("steady") is False:
+        out.append("unsteady window" + (f": {', '.join(map(str, st.get('unsteady_trials') or []))}"
+                                        if st.get("unsteady_trials") else ""))
+    return out
+
+
+def flags_lines(cells: list[Mapping[str, Any]]) -> list[str]:
+    """report.md's "Flags" section (empty list: nothing to flag)."""
+    rows = [(c.get("cell_id"), f) for c in cells for f in [cell_flags(c)] if f]
+    if not rows:
+        return []
+    return (["## Flags", "", "Read these cells' numbers with care:", ""]
+            + [f"* {cid}: {'; '.join(f)}" for cid, f in rows] + [""])
