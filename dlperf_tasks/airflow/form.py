@@ -52,7 +52,9 @@ def _adaptive_schema() -> dict[str, Any]:
     display = {"null": "the suite's", "false": "off", "true": "on (stop once the median is known to 1 %)"}
     display.update({str(w): f"on, stop at a {w * 100:g} % interval" for w in ADAPTIVE_WIDTHS[1:]})
     display[str(ADAPTIVE_WIDTHS[0])] = "on, stop at a 1 % interval"
-    return {"type": ["null", "boolean", "number"], "enum": values, "values_display": display,
+    # "number" before "boolean": Airflow's form draws the widget of the first non-null type (a select
+    # for a number with an enum; a boolean would be a switch, losing "the suite's" and the widths)
+    return {"type": ["null", "number", "boolean"], "enum": values, "values_display": display,
             "title": "Adaptive trials",
             "description": "Stop a cell's trials once its median is known well enough (off: run every trial); "
                            "empty = the suite's."}
