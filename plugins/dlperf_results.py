@@ -6,15 +6,21 @@ Registers (Airflow 3 plugin interface, see airflow/plugins_manager.py):
   api-server under ``/dlperf``;
 - ``external_views``: a "DLPerf results" entry in the UI navigation (Browse menu) that shows
   that page inside the Airflow UI (``/plugin/dlperf-results``);
+- ``external_views`` with destinations ``dag_run`` and ``task_instance``: a "DLPerf results"
+  tab on every DAG run page and task instance page, showing ``/dlperf/dag-runs/<dag>/<run>``
+  in the Airflow frame (the results of that DAG run, or a line saying why there are none);
 - ``global_operator_extra_links``: a "DLPerf results" button on the ``publish`` task of every
-  dlperf DAG run, to ``/dlperf/dag-runs/<dag_id>/<dag_run_id>`` (which redirects to the
-  results page of the run(s) that DAG run published).
+  dlperf DAG run (Airflow 3 shows extra links on the task's Details tab), to
+  ``/dlperf/dag-runs/<dag_id>/<dag_run_id>`` (which redirects to the results page of the
+  run(s) that DAG run published).
 
 Access: Airflow mounts plugin apps with ``app.mount``, which inherits none of the core API's
 authentication, so every route of the app depends on :func:`authorize`: the caller is
 authenticated by Airflow's own ``get_user`` (the UI's ``_token`` JWT cookie or an
 ``Authorization: Bearer`` token, checked by the configured auth manager; none -> 401, a bad
-or expired token -> 401/403) and authorised by the auth manager's ``is_authorized_dag``: a
+or expired token -> 401/403; a browser opening a page without a valid session is sent to the
+login page instead, :func:`dlperf_tasks.history.access.login_redirect`) and authorised by the
+auth manager's ``is_authorized_dag``: a
 user who may read a dlperf DAG may read the results of that DAG's suites
 (:mod:`dlperf_tasks.history.access`). No route is open, ``/healthz`` included.
 
@@ -63,6 +69,12 @@ def _airflow_base() -> str:
 _bearer = HTTPBearer(auto_error=False)
 
 
+def _login_url(manager) -> str:
+    """The auth manager's login page, on this api-server's base path."""
+    url = manager.get_url_login()
+    return _airflow_base() + url if url.startswith("/") else url
+
+
 async def authorize(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)):
     """FastAPI dependency of every route: the authenticated Airflow user -> a Viewer (403 when
     the auth manager lets the user read no dlperf DAG). Authentication is Airflow's own
@@ -72,11 +84,17 @@ async def authorize(request: Request, credentials: HTTPAuthorizationCredentials 
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
     from airflow.api_fastapi.core_api.security import get_user
 
-    user = await get_user(request, None, credentials)
-
-    from dlperf_tasks.history.access import AccessDenied, viewer_for
+    from dlperf_tasks.history.access import AccessDenied, login_redirect, viewer_for
 
     manager = get_auth_manager()
+    try:
+        user = await get_user(request, None, credentials)
+    except HTTPException as exc:  # no session, or a bad/expired one: a browser goes to the login page
+        target = login_redirect(request.method, request.headers.get("accept", ""), _login_url(manager),
+                                str(request.url)) if exc.status_code in (401, 403) else None
+        if target is None:
+            raise
+        raise HTTPException(status_code=303, detail="log in first", headers={"Location": target}) from None
 
     def can_read_dag(dag_id: str | None) -> bool:
         details = DagDetails(id=dag_id) if dag_id else None
@@ -117,5 +135,17 @@ class DlperfResultsPlugin(AirflowPlugin):
         "destination": "nav",
         "category": "browse",
         "url_route": "dlperf-results",
+    }, {
+        # a "DLPerf results" tab on every DAG run page and task instance page (the Airflow UI fills
+        # in {DAG_ID}/{RUN_ID}): the results that DAG run published, inside the Airflow frame
+        "name": "DLPerf results",
+        "href": URL_PREFIX + "/dag-runs/{DAG_ID}/{RUN_ID}",
+        "destination": "dag_run",
+        "url_route": "dlperf-run-results",
+    }, {
+        "name": "DLPerf results",
+        "href": URL_PREFIX + "/dag-runs/{DAG_ID}/{RUN_ID}",
+        "destination": "task_instance",
+        "url_route": "dlperf-task-results",
     }]
     global_operator_extra_links = [DlperfResultsLink()]

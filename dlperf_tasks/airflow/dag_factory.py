@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from airflow.sdk import DAG, Asset, task, teardown
 
+from dlperf_tasks.airflow import form
 from dlperf_tasks.airflow import params as params_mod
 from dlperf_tasks.airflow import settings as settings_mod
 from dlperf_tasks.airflow import tasks
@@ -78,6 +79,20 @@ def suites_by_dag(errors: list | None = None) -> dict[str, list]:
     for suite in list_suites(errors=errors if errors is not None else []):
         groups.setdefault(suite.dag, []).append(suite)
     return groups
+
+
+def dag_description(name: str, suites: list, limit: int = 200) -> str:
+    """The DAG's one-line description (the DAG list and page show it): what each suite
+    benchmarks, from the first sentence of its catalog description."""
+    def first(s) -> str:
+        text = " ".join(s.description.split())
+        return text.split(". ")[0].split(" (")[0].rstrip(".")
+
+    if len(suites) == 1:
+        text = f"{name}: {first(suites[0])}"
+    else:
+        text = f"{name}: " + "; ".join(f"{s.id}: {first(s).split(' with ')[0]}" for s in sorted(suites, key=lambda s: s.id))
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 def _doc(name: str, suites: list) -> str:
@@ -152,13 +167,13 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
 
     with DAG(
         dag_id=f"{DAG_PREFIX}{name}",
-        description=f"dlperf benchmarks: {', '.join(suite_ids)}",
+        description=dag_description(name, suites),
         schedule=timetable(cfg.schedule(name, suites)),
         # no start_date: a start date makes the timetable schedule the latest past slot on unpause
         catchup=False,
         max_active_runs=1,
         tags=["dlperf", name],
-        params=params_mod.dag_params(suite_ids, cfg.policy),
+        params=form.dag_params(suite_ids, cfg.policy),
         doc_md=_doc(name, suites),
         # failures reach people through Airflow's notifier interface (the dlperf webhook when
         # DLPERF_NOTIFY_URL is set; Slack/e-mail/Apprise notifiers plug in the same way)

@@ -121,20 +121,10 @@ def defaults(policy: str = "continue") -> dict[str, Any]:
 
 
 def dag_params(suite_ids: Iterable[str], policy: str = "continue") -> dict:
-    """Airflow ``Param`` objects for the DAG's ``params=`` (the UI form)."""
-    from airflow.sdk import Param
+    """Airflow ``Param`` objects for the DAG's trigger form (:mod:`.form` picks the fields)."""
+    from dlperf_tasks.airflow import form
 
-    defs = defaults(policy)
-    shown = suite_defaults(suite_ids)
-    choices = form_choices(suite_ids)
-    out = {}
-    for name, schema in schemas(suite_ids).items():
-        schema = copy.deepcopy(schema)
-        if choices.get(name):
-            schema["examples"] = choices[name]
-        description = schema.pop("description") + (f" {shown[name]}" if name in shown else "")
-        out[name] = Param(defs[name], description=description, **schema)
-    return out
+    return form.dag_params(suite_ids, policy)
 
 
 def form_choices(suite_ids: Iterable[str]) -> dict[str, list]:

@@ -50,3 +50,16 @@ def viewer_for(name: str, suite_dags: Mapping[str, str], can_read_dag: Callable[
 def open_viewer() -> Viewer:
     """Everything readable: for a results app run outside Airflow on a trusted machine."""
     return Viewer(name="local", suites=frozenset(), other_suites=True)
+
+
+def login_redirect(method: str, accept: str, login_url: str, next_url: str) -> str | None:
+    """Where a request without a valid session goes (issue 26.6): a browser opening a page (a
+    GET that accepts HTML, e.g. a bookmarked ``/dlperf/``) is sent to the login page, which
+    brings it back to ``next_url``; API clients and everything else get the 401/403 as before
+    (None)."""
+    if method.upper() not in ("GET", "HEAD") or "text/html" not in (accept or "").lower():
+        return None
+    sep = "&" if "?" in login_url else "?"
+    from urllib.parse import urlencode
+
+    return login_url if "next=" in login_url else f"{login_url}{sep}{urlencode({'next': next_url})}"

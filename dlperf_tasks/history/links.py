@@ -51,14 +51,22 @@ def _num(v: Any) -> str:
     return str(v)
 
 
+def cell_label(c: Mapping[str, Any]) -> str:
+    """A cell as the note names it: ``1n1g bz8 fp32`` from a result cell's fields, else its id
+    without the suite (the aggregate summaries carry only ``cell_id``: ``smoke/bz8/fp32/1n1g``)."""
+    if c.get("topology") and c.get("batch_size_per_device") is not None:
+        return " ".join(str(p) for p in (c["topology"], f"bz{c['batch_size_per_device']}", c.get("precision")) if p)
+    cid = str(c.get("cell_id") or "?")
+    return cid.split("/", 1)[1] if cid.count("/") >= 3 else cid
+
+
 def headline_table(cells: Iterable[Mapping[str, Any]], limit: int = MAX_NOTE_CELLS) -> list[str]:
     """Markdown table lines of result cells (``median_speed``, ``speedup``, ``n_valid``...)."""
     cells = list(cells)
     lines = ["| cell | median | unit | speedup | valid/invalid | |", "| --- | ---: | --- | ---: | ---: | --- |"]
     for c in cells[:limit]:
         flag = "noisy" if is_noisy(c.get("cv")) else ("no valid trial" if not c.get("n_valid") else "")
-        lines.append(f"| {c.get('topology') or c.get('cell_id')} bz{c.get('batch_size_per_device', '?')} "
-                     f"{c.get('precision') or ''} | {_num(c.get('median_speed'))} | {c.get('unit') or ''} | "
+        lines.append(f"| {cell_label(c)} | {_num(c.get('median_speed'))} | {c.get('unit') or ''} | "
                      f"{_num(c.get('speedup'))} | {c.get('n_valid') or 0}/{c.get('n_invalid') or 0} | {flag} |")
     if len(cells) > limit:
         lines.append(f"| ... {len(cells) - limit} more cell(s) | | | | | |")

@@ -211,8 +211,13 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
                          (r.get("env") or {}).get("dag_run_id"), r.get("dag_run_id")))]
         except DlperfError as exc:
             raise fail(exc) from None
-        if not found:
-            raise HTTPException(404, f"no published results of {dag_id} run {dag_run_id} (yet)")
+        if not found:  # shown in the DAG run's "DLPerf results" tab: a page, not JSON
+            why = ("not a dlperf DAG: it publishes no DLPerf results" if not dag_id.startswith("dlperf_") else
+                   "nothing published by this DAG run (yet): results appear here once its publish task "
+                   "succeeds; a dry run or a failed run publishes nothing")
+            resp = page(request, "message.html", viewer, heading=f"{dag_id} run {dag_run_id}", message=why)
+            resp.status_code = 404
+            return resp
         root = request.scope.get("root_path", "").rstrip("/")
         if len(found) == 1:
             return RedirectResponse(f"{root}/runs/{quote(str(found[0]['run_id']), safe='')}", status_code=307)

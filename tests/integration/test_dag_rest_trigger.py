@@ -131,12 +131,21 @@ def test_trigger_form_in_chromium(airflow_server):
 
         shot = b.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         (shots / "trigger_form_smoke.png").write_bytes(base64.b64decode(shot["data"]))
-        fields = b.evaluate("JSON.stringify([...document.querySelectorAll('[id^=element_]')].map(e => e.id))")
+        fields = b.evaluate("JSON.stringify([...document.querySelectorAll('[id^=element_], [name^=element_]')]"
+                            ".map(e => e.id.startsWith('element_') ? e.id : e.getAttribute('name')))")
+        _shot(b, shots / "trigger_form_smoke_more.png")
         required = b.evaluate("JSON.stringify([...document.querySelectorAll('[id^=element_]')].filter("
                               "e => e.required || e.getAttribute('aria-required') === 'true').map(e => e.id))")
         # every list field is the same widget: a multi-select (react-select) with the suites' values
         multi = b.evaluate("JSON.stringify(['suites', 'batch_sizes', 'precisions', 'topologies'].filter("
                            "n => document.querySelector('#element_' + n + ' [id^=react-select]') !== null))")
+        _open_more_options(b)
+        adaptive_kind = b.evaluate("(() => { const e = document.querySelector('#element_adaptive');"
+                                   " if (!e) return 'missing'; if (e.querySelector('[id^=react-select]')) return 'select';"
+                                   " return e.tagName.toLowerCase(); })()")
+        fields = b.evaluate("JSON.stringify([...document.querySelectorAll('[id^=element_], [name^=element_]')]"
+                            ".map(e => e.id.startsWith('element_') ? e.id : e.getAttribute('name')))")
+        _shot(b, shots / "trigger_form_smoke_more.png")
     finally:
         b.close()
     (shots / "trigger_form_smoke.html").write_text(dom)
@@ -144,4 +153,119 @@ def test_trigger_form_in_chromium(airflow_server):
     assert json.loads(required or "[]") == [], required
     assert json.loads(multi or "[]") == ["suites", "batch_sizes", "precisions", "topologies"], multi
     assert "Suite defaults: smoke: 1n1g, 1n2g" in dom and "With every default a run plans 6 trial task(s)" in dom
-    assert "the suite's" in dom  # XLA's empty value, not "null"
+    assert "the suite's" in dom  # empty values read "the suite's", not a literal null
+    # issue 26.6: no internal field (the A/B confirmation JSON editor), no field the smoke suite
+    # cannot use (it runs on the host: no image; PyTorch: no XLA); adaptive trials is a choice
+    ids = set(json.loads(fields or "[]"))
+    assert not ids & {"element_confirm", "element_xla", "element_image_tag"}, ids
+    assert "element_adaptive" in ids and adaptive_kind == "select", adaptive_kind
+
+
+def _open_more_options(b) -> None:
+    """Expand the trigger form's collapsed "More options" section (dlperf_tasks/airflow/form.py)."""
+    b.evaluate("(() => { const t = [...document.querySelectorAll('button')].find("
+               "x => /More options/.test(x.textContent)); if (t && t.getAttribute('aria-expanded') !== 'true')"
+               " t.click(); })()")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not b.evaluate("!!document.querySelector('#element_adaptive')"):
+        time.sleep(0.5)
+
+
+def _open_trigger_dialog(b, url: str) -> None:
+    b.open(f"{url}/dags/dlperf_smoke", settle=90, wait_for="button")
+    click = ("(() => { const b = [...document.querySelectorAll('button')].find("
+             "x => /^\\s*Trigger\\s*$/i.test(x.textContent) || x.getAttribute('aria-label') === 'Trigger Dag');"
+             " if (b) { b.click(); return true; } return false; })()")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not b.evaluate(click):
+        time.sleep(1)
+    while time.monotonic() < deadline and not b.evaluate("!!document.querySelector('[name=element_trials]')"):
+        time.sleep(1)
+    time.sleep(1)
+
+
+def _shot(b, path) -> None:
+    import base64
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(base64.b64decode(b.call("Page.captureScreenshot", format="png")["data"]))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 26.6 open: Airflow 3.3's trigger dialog shows the refusal in an alert at "
+                   "its top (out of view at 1400x900 with the compact form) and its toast says only 'Bad Request' "
+                   "(the UI's client maps every standard status to a fixed text); see docs/ui.md")
+def test_bad_field_error_in_view_of_the_trigger_button(airflow_server):
+    """Issue 26.6: a value the api-server refuses (trials 50 > 20) is reported where the user is:
+    after clicking Trigger at the bottom of the dialog, the dialog's error alert (Airflow shows
+    the refusal there; its toast says only "Bad Request") is inside the window (a laptop-sized
+    1400x900 one) and names the field. Screenshot: tests/_artifacts/trigger_form_error.png."""
+    from pathlib import Path
+
+    from tests.integration._browser import Browser
+
+    s = airflow_server
+    _wait_dag(s, "dlperf_smoke")
+    shots = Path(__file__).resolve().parents[1] / "_artifacts"
+    b = Browser(s.url, height=900)
+    try:
+        b.set_token(s.token)
+        _open_trigger_dialog(b, s.url)
+        b.evaluate("document.querySelector('[name=element_trials]').focus()")
+        b.call("Input.insertText", text="50")
+        b.evaluate("document.querySelector('[data-testid=trigger-dag-submit]').click()")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not b.evaluate("!!document.querySelector('[data-testid=error-alert]')"):
+            time.sleep(0.5)
+        time.sleep(0.5)
+        _shot(b, shots / "trigger_form_error.png")
+        alert = b.evaluate("(() => { const e = document.querySelector('[data-testid=error-alert]'); if (!e) return null;"
+                           " const r = e.getBoundingClientRect(); return {text: e.innerText, top: r.top,"
+                           " bottom: r.bottom, height: window.innerHeight}; })()")
+    finally:
+        b.close()
+    assert alert, "no error alert after triggering trials=50"
+    assert "trials" in alert["text"] and "greater than the maximum of 20" in alert["text"], alert
+    assert 0 <= alert["top"] and alert["bottom"] <= alert["height"], f"error alert out of view: {alert}"
+
+
+def test_results_tab_on_the_dag_run_and_task_pages(airflow_server):
+    """Issue 26.6: every DAG run page and task instance page has a "DLPerf results" tab showing
+    that DAG run's results inside the Airflow frame (plugins/dlperf_results.py external views);
+    a run that published nothing says so (a page, not JSON). Screenshots:
+    tests/_artifacts/run_results_tab.png, task_results_tab.png."""
+    import urllib.parse
+    from pathlib import Path
+
+    from tests.integration._browser import Browser
+
+    s = airflow_server
+    _wait_dag(s, "dlperf_smoke")
+    code, body = s.request("POST", "/dags/dlperf_smoke/dagRuns",
+                           {"logical_date": None, "conf": {"dry_run": True, "trials": 1}})
+    assert code == 200, body
+    run_id = body["dag_run_id"]
+    q = urllib.parse.quote(run_id, safe="")
+    shots = Path(__file__).resolve().parents[1] / "_artifacts"
+    inner = ("(() => { const f = document.querySelector('iframe[src*=\"/dlperf/dag-runs/\"]');"
+             " if (!f || !f.contentDocument || !f.contentDocument.body) return null;"
+             " return {src: f.getAttribute('src'), text: f.contentDocument.body.innerText}; })()")
+    got = {}
+    b = Browser(s.url, height=900)
+    try:
+        b.set_token(s.token)
+        for name, path in (("run", f"/dags/dlperf_smoke/runs/{q}/plugin/dlperf-run-results"),
+                           ("task", f"/dags/dlperf_smoke/runs/{q}/tasks/publish/plugin/dlperf-task-results")):
+            b.open(s.url + path, settle=90, wait_for="iframe[src]")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (b.evaluate(inner) or {}).get("text"):
+                time.sleep(0.5)
+            got[name] = b.evaluate(inner)
+            got[name + "_tab"] = b.evaluate("[...document.querySelectorAll('a,button')].some("
+                                            "x => x.textContent.trim() === 'DLPerf results')")
+            _shot(b, shots / f"{name}_results_tab.png")
+    finally:
+        b.close()
+    for name in ("run", "task"):
+        assert got[name] and got[name]["src"].endswith(f"/dlperf/dag-runs/dlperf_smoke/{q}"), got
+        assert "nothing published by this DAG run" in got[name]["text"] and '"detail"' not in got[name]["text"], got
+        assert got[name + "_tab"], got

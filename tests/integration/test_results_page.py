@@ -197,13 +197,26 @@ def test_trend_png_bounded_and_cached(api_server, tokens):
     assert "private" in h2["Cache-Control"]
 
 
-def test_anonymous_browser_gets_no_page(api_server):
+def test_anonymous_browser_is_sent_to_the_login_page(api_server, seeded_store):
+    """Issue 26.6: a bookmarked page opened without a session lands on Airflow's login page
+    (not a raw JSON 401), which brings the user back after logging in; API clients still get
+    the 401 (test_every_route_refuses_anonymous_bad_token_and_unauthorised_user)."""
+    rid = seeded_store[2][-1]["run"]["run_id"]
     b = Browser(api_server)
     try:
-        dom = b.open(f"{api_server}/dlperf/", ARTIFACTS / "results_anonymous_refused.png")
+        for path, shot in (("/dlperf/", "results_anonymous_login.png"), (f"/dlperf/runs/{rid}", None)):
+            dom = b.open(f"{api_server}{path}", ARTIFACTS / shot if shot else None, settle=60,
+                         wait_for="input[type=password]")
+            url = b.evaluate("location.href")
+            assert "/auth/login" in url and urllib.parse.quote(path, safe="") in url, url
+            assert "password" in dom.lower() and "Not authenticated" not in dom and "samples/s" not in dom
+        b.set_token("garbage")  # a bad or expired session: the same
+        b.open(f"{api_server}/dlperf/", settle=60, wait_for="input[type=password]")
+        assert "/auth/login" in b.evaluate("location.href")
     finally:
         b.close()
-    assert "Not authenticated" in dom and "DLPerf results" not in dom
+    status, headers, _ = _req(f"{api_server}/dlperf/")
+    assert status == 401
 
 
 def test_run_page_in_chromium(api_server, seeded_store, browser):

@@ -95,7 +95,8 @@ def test_dag_params_are_airflow_params_with_the_same_schema():
     from airflow.sdk import Param
 
     got = params.dag_params(SUITES, policy="fail_fast")
-    assert set(got) == set(params.schemas(SUITES))
+    # the form leaves out the internal field and the fields no suite of the DAG uses (test_trigger_form.py)
+    assert set(got) == set(params.schemas(SUITES)) - {"confirm", "xla"}
     assert all(isinstance(p, Param) for p in got.values())
     assert got["suites"].schema["items"]["enum"] == SUITES
     assert got["topologies"].schema["items"]["pattern"] == params.TOPOLOGY_PATTERN

@@ -81,3 +81,16 @@ def test_messages():
     assert "(change n/a)" in m["text"]
     f = failure_message("dlperf_smoke", "manual__1", "trial", "boom", "http://x/dags/dlperf_smoke/runs/manual__1/tasks/trial")
     assert f["subject"] == "dlperf: task trial of dlperf_smoke run manual__1 failed" and "logs: http://x" in f["text"]
+
+
+def test_run_note_names_cells_of_the_aggregate_summaries():
+    """Issue 26.6: the DAG's publish task builds the note from the aggregate summaries, whose
+    cells carry only ``cell_id`` (engine.outputs.cell_rows): no cell may read ``1n1g bz?``."""
+    from dlperf_tasks.engine.outputs import cell_rows
+
+    res = synth.nightly_results(1)[0]
+    note = run_note([{"run_id": res["run"]["run_id"], "suite": "mxnet-bert", "cells": cell_rows(res)}], "http://h")
+    rows = [line for line in note.splitlines() if line.startswith("| ") and "/" in line.split("|")[1]]
+    assert "bz?" not in note and len(rows) == len(res["cells"]), note
+    for c in res["cells"]:
+        assert f"| {c['cell_id'].split('/', 1)[1]} |" in note

@@ -100,3 +100,27 @@ def test_dag_run_link_target_redirects_to_the_runs_results(client):
     assert resp.status_code == 307 and resp.headers["location"] == f"/runs/{r['run_id']}"
     assert c.get("/dag-runs/dlperf_mxnet/manual__none", headers={"x-user": "alice"}).status_code == 404
     assert c.get(f"/dag-runs/dlperf_mxnet/{r['dag_run_id']}").status_code == 401
+
+
+def test_dag_run_tab_without_results_is_a_page_that_says_why(client):
+    """Issue 26.6: the "DLPerf results" tab of a DAG run (and of its tasks) shows
+    ``/dag-runs/<dag>/<run>`` inside the Airflow frame, for every DAG: with nothing to show it
+    is an HTML page saying why, not a JSON error."""
+    c, _, _, _ = client
+    for dag, words in (("dlperf_mxnet", "nothing published by this DAG run (yet)"),
+                       ("example_bash_operator", "not a dlperf DAG")):
+        resp = c.get(f"/dag-runs/{dag}/manual__none", headers={"x-user": "alice", "accept": "text/html"})
+        assert resp.status_code == 404 and resp.headers["content-type"].startswith("text/html")
+        assert words in resp.text and "<h1>" in resp.text and '"detail"' not in resp.text
+
+
+def test_login_redirect_only_for_a_browser_opening_a_page():
+    from dlperf_tasks.history.access import login_redirect
+
+    html = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+    got = login_redirect("GET", html, "/auth/login", "http://h:8080/dlperf/?x=1")
+    assert got == "/auth/login?next=http%3A%2F%2Fh%3A8080%2Fdlperf%2F%3Fx%3D1"
+    assert login_redirect("GET", "application/json", "/auth/login", "http://h/dlperf/") is None
+    assert login_redirect("GET", "*/*", "/auth/login", "http://h/dlperf/") is None  # curl, urllib
+    assert login_redirect("POST", html, "/auth/login", "http://h/dlperf/") is None
+    assert login_redirect("GET", html, "/auth/login?a=b", "http://h/d").startswith("/auth/login?a=b&next=")

@@ -1,0 +1,95 @@
+"""The trigger form of a dlperf DAG (issue 26.6): which run parameters it shows, and how.
+
+:mod:`.params` holds every field's JSON schema (what a conf may say, checked by the plan
+task and the api-server's conf guard); this module picks and dresses the subset the form
+shows for one DAG (pure data; only :func:`dag_params` imports Airflow):
+
+- internal fields are not in the form: ``confirm`` (the A/B plan a regression finding's
+  follow-up run carries; still accepted in a conf);
+- per-DAG fields only where they apply: ``xla`` only when a suite of the DAG has an XLA
+  variant, ``image_tag`` only when a suite runs in a container (the smoke DAG has neither);
+- ``adaptive`` is a choice (suite's / off / on / on with a CI width), not a free-text box;
+- the everyday fields come first (Airflow's default section, open); the rest go to a
+  collapsed "More options" section, so the dialog stays short and its error alert (shown
+  at the top of the dialog) stays in view when the user clicks Trigger.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable
+
+from dlperf_tasks.airflow import params as params_mod
+
+INTERNAL = ("confirm",)
+MORE_SECTION = "More options"
+#: shown in the default (open) section; every other form field goes to MORE_SECTION
+EVERYDAY = ("suites", "topologies", "batch_sizes", "precisions", "xla", "trials", "dry_run")
+#: the CI widths the form offers for adaptive trials (true = the default, 1 %)
+ADAPTIVE_WIDTHS = (0.01, 0.02, 0.05, 0.1)
+
+
+def applicable(suite_ids: Iterable[str]) -> set[str]:
+    """Names of the per-DAG fields that apply to these suites (``xla``, ``image_tag``).
+    Both when the catalog does not load (the DAG's import error says why)."""
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.errors import DlperfError
+
+    try:
+        suites = [load_suite(i) for i in sorted(suite_ids)]
+    except DlperfError:
+        return {"xla", "image_tag"}
+    out = set()
+    if any(any(s.xla) for s in suites):
+        out.add("xla")
+    if any(s.container is not None for s in suites):
+        out.add("image_tag")
+    return out
+
+
+def _adaptive_schema() -> dict[str, Any]:
+    values: list[Any] = [None, False, True, *ADAPTIVE_WIDTHS]
+    display = {"null": "the suite's", "false": "off", "true": "on (stop once the median is known to 1 %)"}
+    display.update({str(w): f"on, stop at a {w * 100:g} % interval" for w in ADAPTIVE_WIDTHS[1:]})
+    display[str(ADAPTIVE_WIDTHS[0])] = "on, stop at a 1 % interval"
+    # "number" before "boolean": Airflow's form draws the widget of the first non-null type (a select
+    # for a number with an enum; a boolean would be a switch, losing "the suite's" and the widths)
+    return {"type": ["null", "number", "boolean"], "enum": values, "values_display": display,
+            "title": "Adaptive trials",
+            "description": "Stop a cell's trials once its median is known well enough (off: run every trial); "
+                           "empty = the suite's."}
+
+
+def form_fields(suite_ids: Iterable[str], policy: str = "continue") -> dict[str, tuple[Any, dict[str, Any]]]:
+    """``{name: (default, schema)}`` of the fields the form shows, in order, with the text that
+    says what "empty" means for these suites appended to each description."""
+    ids = sorted(suite_ids)
+    schemas = params_mod.schemas(ids)
+    defaults = params_mod.defaults(policy)
+    shown = params_mod.suite_defaults(ids)
+    choices = params_mod.form_choices(ids)
+    fits = applicable(ids)
+    order = [n for n in EVERYDAY if n in schemas] + [n for n in schemas if n not in EVERYDAY]
+    out: dict[str, tuple[Any, dict[str, Any]]] = {}
+    for name in order:
+        if name in INTERNAL or (name in ("xla", "image_tag") and name not in fits):
+            continue
+        schema = _adaptive_schema() if name == "adaptive" else copy.deepcopy(schemas[name])
+        if choices.get(name):
+            schema["examples"] = choices[name]
+        if name not in EVERYDAY:
+            schema["section"] = MORE_SECTION
+        schema["description"] = schema["description"] + (f" {shown[name]}" if name in shown else "")
+        out[name] = (defaults[name], schema)
+    return out
+
+
+def dag_params(suite_ids: Iterable[str], policy: str = "continue") -> dict:
+    """Airflow ``Param`` objects for the DAG's ``params=`` (the trigger form)."""
+    from airflow.sdk import Param
+
+    out = {}
+    for name, (default, schema) in form_fields(suite_ids, policy).items():
+        description = schema.pop("description")
+        out[name] = Param(default, description=description, **schema)
+    return out
