@@ -1,6 +1,7 @@
 """``dlperf sweep --dry-run --cluster INVENTORY``: the commands a real sweep would run on each node.
 
-One builder serves both: :func:`dlperf_tasks.remote.trial.trial_commands` (what a real trial starts).
+One builder serves both: :func:`dlperf_tasks.remote.trialcmd.trial_commands` (what a real trial starts),
+plus the MPI sshd containers a multi-node MPI trial starts first on every node.
 Nothing connects to a node: the node facts are the defaults a prepared GPU node reports (docker with the
 NVIDIA runtime); a real sweep may drop flags a node's runtime refuses (noted in its env capture)."""
 
@@ -64,5 +65,25 @@ def cluster_commands(suite, plan, settings, image: str | None = None, ssh_port: 
         except LaunchGuardError as exc:  # what the real sweep would refuse before launch
             yield f"{pt.id} REFUSED: {exc}"
             continue
+        yield from _mpi_helpers(pt, nodes, suite, runtime, facts, commands)
         for rank, cmd in commands.items():
             yield f"{pt.id} {nodes[rank].name} (node rank {rank}): {render(cmd)}"
+
+
+def _mpi_helpers(pt, nodes, suite, runtime, facts, commands) -> Iterator[str]:
+    """A multi-node MPI trial in containers first starts an sshd container on every node (mpirun reaches
+    the other nodes' ranks through them): the real trial's own command (remote.runtime)."""
+    from dlperf_tasks.frameworks import get
+    from dlperf_tasks.remote.runtime import DockerRuntime
+    from dlperf_tasks.remote.trialcmd import helper_prelude, node_run_dir
+
+    if not (isinstance(runtime, DockerRuntime) and get(pt.trial.cell.framework).launch_mode == "mpi"
+            and len(nodes) > 1):
+        return
+    prelude = helper_prelude(pt.trial, suite, [n.node_spec() for n in nodes])
+    for i, node in enumerate(nodes):
+        run_dir = node_run_dir(node, DRY_RUN_ID)
+        line = runtime.mpi_helper_command(trial=pt.trial, run_id=DRY_RUN_ID, node=node, facts=facts[node.name],
+                                          log_dir=f"{run_dir}/mpi_sshd", key_dir=f"{run_dir}/mpi_ssh",
+                                          prelude=prelude)
+        yield f"{pt.id} {node.name} (node rank {i}, MPI sshd container): {line}"

@@ -54,8 +54,15 @@ def test_mpi_suite_starts_from_rank_0_only(inventory, capsys):
     rc, out, _ = _dry(capsys, "--suite", "mxnet-bert", "--cluster", str(inventory), "--topologies", "2n8g",
                       "--batch-sizes", "32", "--trials", "1")
     assert rc == 0
-    lines = [l for l in out.splitlines() if "/2n8g/t1 " in l]
+    lines = [l for l in out.splitlines() if "/2n8g/t1 " in l and "MPI sshd container" not in l]
     assert len(lines) == 1 and " gpu-a (node rank 0)" in lines[0] and "docker run" in lines[0]
+    # mpirun reaches node 2's ranks through an sshd container started on every node first, and every
+    # container runs the suite's source patch (catalog/patches.py) before its command
+    sshd = [l for l in out.splitlines() if "/2n8g/t1 " in l and "MPI sshd container" in l]
+    assert [l.split(" (node rank")[0].rsplit(" ", 1)[1] for l in sshd] == ["gpu-a", "gpu-b"]
+    for line in sshd + lines:
+        assert "dlperf_patch.py --root /workspace/gluon-nlp /dlperf/catalog/gluon-nlp-7b7bf60-dlperf-bert.diff --" in line
+    assert "mpirun -x DLPERF_PATCHES_APPLIED" in lines[0] and "--data '/datasets/bert/mxnet/wiki_128_npy_part_0/*'" in lines[0]
 
 
 def test_missing_inventory_is_refused(tmp_path, capsys):
