@@ -63,6 +63,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 continue
             raise
         mod.register(sub)
+    from dlperf_tasks.cli.examples import add_examples
+
+    add_examples(parser)  # every sub-command's --help shows examples
     return parser
 
 

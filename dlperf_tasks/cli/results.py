@@ -25,6 +25,7 @@ _EPILOG = """examples:
   dlperf results trend --suite mxnet-bert --cell 4n8g/bz32/fp32 --last 30 --png trend.png
   dlperf results check RUN_ID --record            (regression check against the cell histories)
   dlperf results export --suite mxnet-bert --parquet runs.parquet
+  dlperf results export latest --format openmetrics --out dlperf.om   (also: conbench, bencher)
 
 store: --store s3://bucket/prefix?endpoint=http://host:8333 | oss://... | file:///dir | DIR
        (default: $DLPERF_STORE_URL; S3 keys from DLPERF_S3_ACCESS_KEY_ID/DLPERF_S3_SECRET_ACCESS_KEY)"""
@@ -123,11 +124,21 @@ def register(subparsers) -> None:
     _common(q)
     q.set_defaults(func=cmd_check)
 
-    q = sub.add_parser("export", help="export a suite's history as Parquet",
-                       description="One row per run x cell (pandas DataFrame) written as Parquet.")
-    q.add_argument("--suite", required=True)
-    q.add_argument("--parquet", required=True, metavar="FILE")
+    q = sub.add_parser("export", help="export runs: Parquet, OpenMetrics, Conbench, Bencher",
+                       description="--parquet FILE: a suite's history, one row per run x cell (pandas "
+                                   "DataFrame). --format openmetrics|conbench|bencher: per cell throughput, "
+                                   "speedup, efficiency and CV, labelled by suite, cell, run and image digest, "
+                                   "for Prometheus/Grafana, Conbench or Bencher (docs/results.md). RUN: run ids, "
+                                   "prefixes or 'latest'; without RUN, every run of --suite (since --since).")
+    q.add_argument("runs", nargs="*", metavar="RUN")
+    q.add_argument("--format", dest="export_format", choices=("parquet", "openmetrics", "conbench", "bencher"),
+                   help="output format (default: parquet with --parquet)")
+    q.add_argument("--suite", help="the suite (parquet: required; other formats: its runs when no RUN is named)")
+    q.add_argument("--parquet", metavar="FILE", help="write the suite's history here as Parquet")
+    q.add_argument("--out", metavar="FILE", help="write the export here (default: standard output)")
     q.add_argument("--since", type=_date, help="only runs on or after this date")
+    q.add_argument("--no-timestamps", action="store_true",
+                   help="openmetrics: no sample timestamps (Pushgateway, node_exporter textfile collector)")
     q.add_argument("--store", metavar="URL", help="results store URL (default: $DLPERF_STORE_URL, else the default store)")
     q.set_defaults(func=cmd_export)
 
@@ -310,10 +321,20 @@ def cmd_check(args) -> int:
 
 
 def cmd_export(args) -> int:
+    fmt = args.export_format or ("parquet" if args.parquet else None)
+    if fmt is None:
+        raise DlperfError("export: name --format openmetrics|conbench|bencher, or --parquet FILE")
+    if fmt != "parquet":
+        from dlperf_tasks.history.export_cli import export_runs
+
+        return export_runs(args, fmt, _store(args), _print)
+    if not args.suite or not (args.parquet or args.out):
+        raise DlperfError("export --parquet FILE needs --suite (the suite whose history is exported)")
     from dlperf_tasks.history.frame import write_parquet
     from dlperf_tasks.history.source import history_views
 
     store = _store(args)
-    n = write_parquet(history_views(store, args.suite, since=args.since), args.parquet)
-    _print(f"{n} rows (run x cell) written to {args.parquet}")
+    path = args.parquet or args.out
+    n = write_parquet(history_views(store, args.suite, since=args.since), path)
+    _print(f"{n} rows (run x cell) written to {path}")
     return 0

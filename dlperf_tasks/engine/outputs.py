@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from dlperf_tasks.engine.rundir import RunDir, now_iso
 from dlperf_tasks.model import Trial, TrialResult
+from dlperf_tasks.report.numbers import num2
 
 
 def collect(rd: RunDir, trials: list[Trial]) -> tuple[list[TrialResult], list[str]]:
@@ -181,8 +182,7 @@ def result_table(summaries: list[Mapping[str, Any]]) -> str:
     for s in summaries:
         for c in s.get("cells", []):
             unit = f" {c['unit']}" if c.get("unit") and c.get("median_speed") is not None else ""
-            fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-            rows.append([c["cell_id"], fmt(c["median_speed"]) + unit, fmt(c["average_speed"]), fmt(c["speedup"]),
+            rows.append([c["cell_id"], num2(c["median_speed"]) + unit, num2(c["average_speed"]), num2(c["speedup"]),
                          f"{c['n_valid']}/{c['n_invalid']}", "; ".join(cell_flags(c)) or "-"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)

@@ -109,6 +109,8 @@ def plan_runs(group: str, suite_ids: list[str], params: Mapping[str, Any], setti
         items += [{"run_id": run_id, "run_dir": str(rd.path), "suite": suite_id, "trial": t.trial.to_dict(),
                    "trial_id": t.id, "key": t.trial.key, "dry_run": dry_run, "policy": policy, "image": p.image}
                   for t in p.trials]
+    for it in items:  # a DAG task's progress counts over the whole DAG run (engine.trials.display_for)
+        it["planned"], it["planned_runs"] = len(items), [r["run_id"] for r in runs]
     if record_path:
         write_json(record_path, {"dag": group, "dag_run_id": group_run_id,
                                  "runs": {r["suite"]: {"run_id": r["run_id"], "started_at": r["started_at"]}

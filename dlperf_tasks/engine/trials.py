@@ -195,6 +195,25 @@ def finish_leased(state: Mapping[str, Any], verdict, suite, rd: RunDir, settings
             pool.close()
 
 
+def display_for(item: Mapping[str, Any], log: Callable[[str], None] | None, settings):
+    """The progress display of one planned trial run as its own task: ``[done/planned]`` over
+    the whole DAG run (the plan's ``planned`` / ``planned_runs``; done = the trial records staged
+    by every task of it, this one included), else over this trial alone."""
+    from dlperf_tasks.engine.progress import Display
+
+    planned = item.get("planned")
+    if not isinstance(planned, int) or planned < 1:
+        return Display(log, 1)
+    runs = [r for r in item.get("planned_runs") or [item["run_id"]] if isinstance(r, str)]
+
+    def count(key: str) -> int:
+        from dlperf_tasks.store.staging import trials_done
+
+        return trials_done(settings, runs, (item["run_id"], key))
+
+    return Display(log, planned, count_done=count)
+
+
 def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
                log: Callable[[str], None] | None = None, lease_ttl_s: float = FINISH_LEASE_TTL_S, display=None,
                pool=None, lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any]:
@@ -203,7 +222,6 @@ def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tr
     ``{"started": state}`` (remote jobs running, nodes leased; :func:`finish_item` ends it), or
     with ``busy_returns`` ``{"waiting": reason}`` when no nodes were free within ``lease_wait_s``
     (nothing recorded; see :func:`start_leased`)."""
-    from dlperf_tasks.engine.progress import Display
     from dlperf_tasks.dagdecisions import adaptive_skip
     from dlperf_tasks.report.result_json import trial_record
 
@@ -218,7 +236,7 @@ def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tr
     if (skip := adaptive_skip(item, rd, settings)) is not None:  # issue 17: the cell's median is known
         return {"record": skip}
     suite = load_suite(item["suite"], settings)
-    display = display or Display(log, 1)
+    display = display or display_for(item, log, settings)
     if settings.is_local:
         return {"record": _record(item, rd, run_local(trial, suite, rd, display), display, try_number, max_tries)}
     try:
@@ -238,10 +256,8 @@ def finish_item(item: Mapping[str, Any], settings, state: Mapping[str, Any], ver
                 max_tries: int = 1, log: Callable[[str], None] | None = None, pool=None,
                 display=None) -> dict[str, Any]:
     """The second half of :func:`start_item` (verdict: the watcher's); writes and returns the record."""
-    from dlperf_tasks.engine.progress import Display
-
     rd = RunDir(Path(item["run_dir"]), item["run_id"])
-    display = display or Display(log, 1)
+    display = display or display_for(item, log, settings)
     res = finish_leased(state, verdict, load_suite(item["suite"], settings), rd, settings, display=display, pool=pool)
     return _record(item, rd, res, display, try_number, max_tries)
 
@@ -262,10 +278,9 @@ def run_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_trie
              log: Callable[[str], None] | None = None, poll_s: float = 0.5) -> dict[str, Any]:
     """One planned trial, whole, in this process (:func:`start_item`, the watcher, :func:`finish_item`:
     the same halves a deferred task runs, with the trigger's poll rules in between); its record."""
-    from dlperf_tasks.engine.progress import Display
     from dlperf_tasks.remote.ssh import SSHPool
 
-    display = Display(log, 1)
+    display = display_for(item, log, settings)
     # one SSH pool (connections made when first used) for the start, the watch and the finish
     with (contextlib.nullcontext() if settings.is_local else SSHPool(load_cluster(settings))) as pool:
         got = start_item(item, settings, try_number=try_number, max_tries=max_tries, log=log, display=display,

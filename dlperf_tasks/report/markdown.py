@@ -15,6 +15,9 @@ Table styles reproduce the seeds:
 * latency workloads (Megatron, seed 002): ``group | case | latency | memory``.
 
 A speedup that cannot be computed is shown as ``n/a`` with a footnote (never 1.0).
+
+The seed tables above keep the seeds' number format (byte for byte); every other table (per-trial
+speeds, dispersion, invalid trials) uses :mod:`.numbers`: 2 decimals, the CV as a percentage.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from __future__ import annotations
 import pprint
 from typing import Any, Iterable, Mapping
 
+from dlperf_tasks.report.numbers import num2, pct
+
 _TP_HEADER = ["node_num", "gpu_num", "samples/s", "speedup"]
-_FULL_HEADER = ["node_num", "gpu_num", "median", "average", "min", "max", "stdev", "cv",
+_FULL_HEADER = ["node_num", "gpu_num", "median", "average", "min", "max", "stdev", "cv %",
                 "valid", "invalid", "speedup", "efficiency"]
 
 _STATE_TEXT = {
@@ -141,8 +146,8 @@ def _heading(key: tuple) -> str:
 def _trial_cell(t: Mapping[str, Any]) -> str:
     v = t.get("value")
     if t.get("valid"):
-        return _py(v)
-    return f"{_py(v)} ({t.get('status')})" if v is not None else str(t.get("status"))
+        return num2(v)
+    return f"{num2(v)} ({t.get('status')})" if v is not None else str(t.get("status"))
 
 
 def trials_table(cells: list[Mapping[str, Any]]) -> str:
@@ -165,11 +170,11 @@ def full_table(cells: list[Mapping[str, Any]]) -> str:
     with_case = any(c.get("layout_case") for c in cells)
     for c in cells:
         sp = c.get("speedup")
-        rows.append(([str(c.get("layout_case") or "-")] if with_case else []) + [str(c["nodes"]), str(c["gpus"]), _py(c.get("median_speed")), _py(c.get("average_speed")),
-                     _py(c.get("min")), _py(c.get("max")), _py(c.get("stdev")), _py(c.get("cv")),
+        rows.append(([str(c.get("layout_case") or "-")] if with_case else []) + [str(c["nodes"]), str(c["gpus"]), num2(c.get("median_speed")), num2(c.get("average_speed")),
+                     num2(c.get("min")), num2(c.get("max")), num2(c.get("stdev")), pct(c.get("cv")),
                      str(c.get("n_valid", 0)), str(c.get("n_invalid", 0)),
-                     _py(sp) if sp is not None else _STATE_TEXT.get(c.get("speedup_state"), "n/a"),
-                     _py(c.get("scaling_efficiency"))])
+                     num2(sp) if sp is not None else _STATE_TEXT.get(c.get("speedup_state"), "n/a"),
+                     num2(c.get("scaling_efficiency"))])
     return padded_table((["case"] if with_case else []) + _FULL_HEADER, rows)
 
 
@@ -181,7 +186,7 @@ def invalid_section(cells: list[Mapping[str, Any]]) -> str:
             total += 1
             if not t.get("valid"):
                 reason = str(t.get("reason") or "").replace("|", "\\|").replace("\n", " ")
-                rows.append([c["cell_id"], str(t["index"]), str(t.get("status")), _py(t.get("value")),
+                rows.append([c["cell_id"], str(t["index"]), str(t.get("status")), num2(t.get("value")),
                              reason or "-", str(t.get("log") or "-")])
     if not rows:
         return f"None: all {total} trials passed the validity gate."

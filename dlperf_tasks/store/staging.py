@@ -282,3 +282,19 @@ def push_group_record(settings, group: str, group_run_id: str) -> bool:
     store = _store(settings)
     store.backend.put_file(store.layout.staging_group_key(name), path, sha256_file(path), None)
     return True
+
+
+def trials_done(settings, run_ids: Iterable[str], this: tuple[str, str] | None = None) -> int:
+    """Trials with a record staged in any of ``run_ids`` (the runs of one DAG run), counting
+    ``this`` (run id, trial key: a record saved here, not pushed yet) once: a DAG task's
+    ``[done/planned]``."""
+    store = _store(settings)
+    seen: set[tuple[str, str]] = {this} if this else set()
+    for run_id in run_ids:
+        st = Staging(store, run_id)
+        for key in store.backend.list_keys(st.prefix + TRIALS_DIR + "/"):
+            rel = store.layout.staged_rel(run_id, key) or ""
+            name = rel[len(TRIALS_DIR) + 1:]
+            if name.endswith(".json") and "/" not in name:
+                seen.add((run_id, name[:-len(".json")]))
+    return len(seen)
