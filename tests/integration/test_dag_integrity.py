@@ -51,7 +51,14 @@ def test_tasks_params_schedule(dagbag, dag_id):
 
     assert isinstance(dag.timetable, CronTriggerTimetable)
     assert {dag.timetable.summary} == {load_suite(s).schedule for s in EXPECTED[dag_id]}
-    assert set(dag.params.keys()) == set(params.schemas([]))
+    # the form shows the fields that apply to this DAG's suites (issue 26.6): no A/B confirmation editor,
+    # xla only where a suite sweeps XLA, image_tag only for container suites
+    from dlperf_tasks.airflow import form
+
+    per_dag = {"xla", "image_tag"}
+    want = (set(params.schemas([])) - per_dag - {"confirm"}) | form.applicable(EXPECTED[dag_id])
+    assert set(dag.params.keys()) == want
+    assert ("xla" in want) == (dag_id == "dlperf_tensorflow") and ("image_tag" in want) == (dag_id != "dlperf_smoke")
     assert set(dag.params.get_param("suites").schema["items"]["enum"]) == EXPECTED[dag_id]
     # edges: plan -> prepare -> trial -> trial_more -> collect -> aggregate -> report -> publish -> cleanup
     for up, down in [*zip(EDGES, EDGES[1:]), ("publish", "confirm_plan"), ("confirm_plan", "confirm_trigger")]:
