@@ -1,6 +1,6 @@
 """Pure docker/node command builders and node facts, used by :mod:`dlperf_tasks.remote.runtime`:
-the seeds' ``docker run`` flags, labels, the container env file, the registry login + pull script
-(per-run ``DOCKER_CONFIG``), the leftover scans. Nothing here runs anything."""
+the seeds' ``docker run`` flags, labels, the container env file, the leftover scans (and the
+removal of registry configs older builds left). Nothing here runs anything."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Mapping
 
 from dlperf_tasks.catalog.model import ContainerSpec
 from dlperf_tasks.errors import RemoteError
-from dlperf_tasks.remote.inventory import Node, Registry
+from dlperf_tasks.remote.inventory import Node
 
 LABEL_RUN = "dlperf.run"
 LABEL_TRIAL = "dlperf.trial"
@@ -45,30 +45,14 @@ class NodeFacts:
 
 
 # ---- pure command builders ------------------------------------------------------------
-#: Log in with a per-run DOCKER_CONFIG directory (made with mktemp, mode 0700, removed on exit),
-#: so the registry credentials never stay in ``~/.docker/config.json`` on the node. The password
-#: comes on stdin. Prints ``PULLED`` when it had to pull, then the image's digests and id.
-REGISTRY_PULL_SCRIPT = r"""
-set -u
-server="$1"; user="$2"; image="$3"
-cfg=$(mktemp -d "${TMPDIR:-/tmp}/dlperf-docker-config.XXXXXXXX") || exit 91
-trap 'rm -rf -- "$cfg"' EXIT
-trap 'exit 99' HUP INT TERM
-export DOCKER_CONFIG="$cfg"
-docker login --username "$user" --password-stdin "$server" >/dev/null || exit 90
-if ! docker image inspect "$image" >/dev/null 2>&1; then
-  docker pull --quiet "$image" >/dev/null || exit 92
-  echo PULLED
-fi
-docker image inspect --format '{{json .RepoDigests}} {{.Id}}' "$image"
-"""
-LOGIN_FAILED_RC, PULL_FAILED_RC = 90, 92
-
-
-def registry_pull_command(registry: Registry, image: str) -> str:
-    """``bash -c REGISTRY_PULL_SCRIPT dlperf-registry <server> <user> <image>`` (password on stdin)."""
-    return shlex.join(["bash", "-c", REGISTRY_PULL_SCRIPT, "dlperf-registry", registry.server,
-                       registry.resolve_username(), image])
+#: Older builds logged in with a per-run ``DOCKER_CONFIG`` under the node's temp directory
+#: (``dlperf-docker-config.XXXXXXXX/config.json``, holding the registry password) that a SIGKILL
+#: could leave behind. Logins no longer write anything on a node (remote/engine.py); node cleanup
+#: removes such leftovers (only the connecting user's own directories, at the top of each temp dir).
+LEFTOVER_REGISTRY_CONFIG_CLEANUP = (
+    'for d in "${TMPDIR:-/tmp}" /tmp /var/tmp; do '
+    'find "$d" -maxdepth 1 -type d -name "dlperf-docker-config.*" -user "$(id -u)" '
+    '-exec rm -rf -- {} + 2>/dev/null; done; true')
 
 
 def image_inspect_command(image: str) -> str:

@@ -2,7 +2,9 @@
 
 * :func:`unreachable` / :func:`down`: which nodes cannot be reached over SSH right now;
 * :func:`clean_scratch`: remove the run's scratch directory on a node (container log mounts,
-  the per-run MPI key pair) and a lease the run still holds there;
+  the per-run MPI key pair), any registry config an older build left in the node's temp
+  directory (``dlperf-docker-config.*``, which held the registry password) and a lease the run
+  still holds there;
 * :func:`leftovers`: what the run left on a node (labelled containers; on the host runtime,
   processes whose environment carries one of the run's trial keys);
 * :func:`clean_run`: all of that on every node, in parallel.
@@ -15,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from dlperf_tasks.errors import RemoteError
 from dlperf_tasks.remote.allocation import release_run
-from dlperf_tasks.remote.runtime import TRIAL_ENV, list_containers_command, safe_name
+from dlperf_tasks.remote.runtime import (LEFTOVER_REGISTRY_CONFIG_CLEANUP, TRIAL_ENV, list_containers_command,
+                                         safe_name)
 from dlperf_tasks.remote.ssh import SSHPool
 
 
@@ -45,7 +48,8 @@ def down(pool: SSHPool, nodes: list[str]) -> list[str]:
 
 def clean_scratch(pool: SSHPool, node: str, run_id: str, release_lease: bool = True) -> None:
     wd = pool.cluster.node(node).workdir.rstrip("/")
-    pool.run(node, f"rm -rf {shlex.quote(f'{wd}/runs/{safe_name(run_id)}')}", timeout=60)
+    pool.run(node, f"rm -rf {shlex.quote(f'{wd}/runs/{safe_name(run_id)}')}; {LEFTOVER_REGISTRY_CONFIG_CLEANUP}",
+             timeout=60)
     if release_lease:
         release_run(pool, node, run_id)
 

@@ -14,8 +14,8 @@ node's :class:`LaunchSpec`; ``mpi`` = every node runs a helper container with ss
 address) and a launcher container on node 0 runs ``mpirun``. The helper containers trust a key pair generated per run (never reused).
 
 Every command string is built here from argv lists with :func:`shlex.join`. Secrets never reach a
-command line: the registry password travels over the SSH channel's stdin into a per-run
-``DOCKER_CONFIG`` that is removed after the pull; suite and launcher env values travel in the
+command line nor a file on the node: the registry login and pull go through the Docker SDK over the
+node's SSH connection with the credentials inside the API request (:mod:`dlperf_tasks.remote.engine`); suite and launcher env values travel in the
 detached job's 0600 env file (:mod:`dlperf_tasks.remote.jobs`), which the job hands to
 ``docker run --env-file /dev/stdin`` and deletes before docker starts.
 """
@@ -33,11 +33,11 @@ from dlperf_tasks.frameworks.base import LaunchSpec
 from dlperf_tasks.model import Trial
 # the builders are re-exported here: callers and tests use ``runtime.<builder>``
 from dlperf_tasks.remote.dockercmd import (CONTAINER_LOG_DIR, LABEL_NODE, LABEL_RUN, LABEL_TRIAL,  # noqa: F401
-                                           LOGIN_FAILED_RC, PULL_FAILED_RC, REGISTRY_PULL_SCRIPT, TRIAL_ENV,
+                                           LEFTOVER_REGISTRY_CONFIG_CLEANUP, TRIAL_ENV,
                                            NodeFacts, _sections, docker_env_file, docker_run_argv, expand,
                                            image_inspect_command, label_filter_args, list_containers_command,
                                            optional_flags, parse_digest, probe_command, pull_command,
-                                           registry_pull_command, remove_containers_command, safe_name,
+                                           remove_containers_command, safe_name,
                                            trial_process_check_command)
 from dlperf_tasks.remote.inventory import Node, Registry
 from dlperf_tasks.remote.jobs import JobCommand
@@ -101,7 +101,8 @@ class DockerRuntime(HostRuntime):
     # ---- preparation ---------------------------------------------------------------
     def pull(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:
         """Log in (when the inventory names a registry) and pull the image unless the node has it.
-        The login lives in a per-run DOCKER_CONFIG that is removed before this returns."""
+        With a registry, the login and pull go through the node's engine API over SSH with the
+        credentials inside the request (:func:`engine.registry_pull`): nothing is written on the node."""
         reg = self.registry
         if reg is None:
             res = pool.run(node, image_inspect_command(self.image), timeout=60)
@@ -118,16 +119,11 @@ class DockerRuntime(HostRuntime):
         if not password:
             raise RemoteError(f"registry {reg.server}: no password (set the environment variable "
                               f"{reg.password_env or '<password_env>'} or the connection's password)", node=node)
-        res = pool.run(node, registry_pull_command(reg, self.image), stdin=password + "\n", timeout=3600)
-        err = (res.stderr or res.stdout).replace(password, "***").strip()[-400:]
-        if res.rc == LOGIN_FAILED_RC:
-            raise RemoteError(f"docker login to registry {reg.server} as {reg.resolve_username()!r} failed on node "
-                              f"{node}: {err}", node=node)
-        if res.rc != 0:
-            raise RemoteError(f"node {node}: docker pull {self.image} failed (exit {res.rc}): {err}", node=node)
-        lines = res.stdout.strip().splitlines()
-        facts.pulled = "PULLED" in lines
-        facts.image_digest = parse_digest(lines[-1] if lines else "", self.image)
+        from dlperf_tasks.remote import engine
+
+        facts.pulled, line = engine.registry_pull(pool, node, self.image, server=reg.server,
+                                                  username=reg.resolve_username(), password=password)
+        facts.image_digest = parse_digest(line, self.image)
 
     def probe_flags(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:
         """Start a throwaway container per optional suite flag (ulimits, caps, devices, privileged); a flag the

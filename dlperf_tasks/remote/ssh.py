@@ -170,7 +170,7 @@ class SSHPool:
         """Run ``command`` (a shell string, already quoted) on ``name``; return rc/stdout/stderr.
 
         ``stdin`` is written to the command's standard input then closed (used for secrets such as
-        ``docker login --password-stdin``; they never appear in the command line).
+        a job's env file; they never appear in the command line).
         A dropped connection is reopened and the command retried ``retries`` times when the channel
         could not be opened; a command that already started is never re-run.
         """

@@ -149,12 +149,7 @@ def test_wrong_registry_password_fails_before_any_trial(sim_cluster_env, tmp_pat
         run_sweep(suite, p, Cluster.from_yaml(sim.yaml_path), tmp_path / "out",
                   SweepOptions(progress=None, capture_env=False, lease_wait_s=WAIT))
     assert not (tmp_path / "out" / "trials").exists()
-    # the password goes over stdin only (a ``ps`` after the sweep could never have seen it; the
-    # command that ran is checked instead), and the failed login left no DOCKER_CONFIG behind
-    from dlperf_tasks.remote.runtime import registry_pull_command
-
-    cluster = Cluster.from_yaml(sim.yaml_path)
-    assert "wrong-password" not in registry_pull_command(cluster.registry, sim.image("pytorch:20.06-py3"))
+    # the login went inside the engine API request (remote/engine.py): nothing was written on the node
     import glob
     import tempfile
 

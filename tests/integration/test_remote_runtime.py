@@ -5,7 +5,6 @@ in for the docker binary here; the real docker is exercised in tests/integration
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 
 import pytest
@@ -15,7 +14,7 @@ from dlperf_tasks.errors import RemoteError
 from dlperf_tasks.frameworks.base import LaunchSpec
 from dlperf_tasks.model import Cell, Trial
 from dlperf_tasks.remote import runtime as rt
-from dlperf_tasks.remote.inventory import Cluster, Node, Registry
+from dlperf_tasks.remote.inventory import Cluster, Node
 from dlperf_tasks.remote.ssh import SSHPool
 from dlperf_tasks.topology import Topology
 from tests.fixtures.sshd_nodes import make_nodes, stop_nodes
@@ -75,19 +74,6 @@ def test_container_env_values_that_docker_cannot_take_are_refused():
     with pytest.raises(RemoteError, match="invalid environment variable name"):
         rt.docker_env_file({"A B": "1"})
     assert rt.remove_containers_command("r", TRIAL.key, "node1").count("label=") == 3
-
-
-def test_login_password_never_on_command_line(monkeypatch):
-    monkeypatch.setenv("X", "pw-" + "s3cr3t")
-    reg = Registry("127.0.0.1:5000", "$oauthtoken", password_env="X")
-    words = shlex.split(rt.registry_pull_command(reg, "127.0.0.1:5000/nvidia/pytorch:20.06-py3"))
-    assert words[:2] == ["bash", "-c"] and words[2] == rt.REGISTRY_PULL_SCRIPT
-    assert words[3:] == ["dlperf-registry", "127.0.0.1:5000", "$oauthtoken", "127.0.0.1:5000/nvidia/pytorch:20.06-py3"]
-    assert "pw-s3cr3t" not in " ".join(words)
-    # the login goes to a fresh DOCKER_CONFIG that is removed on every exit path
-    script = rt.REGISTRY_PULL_SCRIPT
-    assert "--password-stdin" in script and 'export DOCKER_CONFIG="$cfg"' in script
-    assert script.index("trap 'rm -rf -- \"$cfg\"' EXIT") < script.index("docker login")
 
 
 def test_parse_digest():

@@ -18,7 +18,7 @@ from dlperf_tasks.model import Cell, Trial
 from dlperf_tasks.remote import jobs
 from dlperf_tasks.remote import runtime as rt
 from dlperf_tasks.remote.connections import with_ssh_connections
-from dlperf_tasks.remote.inventory import Cluster, Node, Registry
+from dlperf_tasks.remote.inventory import Cluster, Node
 from dlperf_tasks.topology import Topology
 
 SECRET = "s3cr3t-" + "value-9f2c"
@@ -50,11 +50,17 @@ def test_env_values_never_in_a_command_line(runtime):
         assert cmd.env["WANDB_API_KEY"] == SECRET
 
 
-def test_registry_password_only_on_stdin(monkeypatch):
-    monkeypatch.setenv("REG_PW", SECRET)
-    reg = Registry("127.0.0.1:5000", "robot", password_env="REG_PW")
-    assert SECRET not in rt.registry_pull_command(reg, "127.0.0.1:5000/nvidia/pytorch:20.06-py3")
-    assert "mktemp -d" in rt.REGISTRY_PULL_SCRIPT and 'rm -rf -- "$cfg"' in rt.REGISTRY_PULL_SCRIPT
+def test_registry_login_writes_nothing_on_the_node():
+    """The login and pull go through the engine API with the credentials inside the request
+    (remote/engine.py): no script, no DOCKER_CONFIG, no ``docker login`` on the node."""
+    import inspect
+
+    from dlperf_tasks.remote import engine
+
+    src = inspect.getsource(engine)
+    assert "auth_config=auth" in src and "DOCKER_CONFIG" not in src.split('"""', 2)[2]
+    assert not hasattr(rt, "registry_pull_command") and not hasattr(rt, "REGISTRY_PULL_SCRIPT")
+    assert "dlperf-docker-config.*" in rt.LEFTOVER_REGISTRY_CONFIG_CLEANUP  # older builds' leftovers go
 
 
 def test_ssh_key_text_and_passphrase_from_the_environment(monkeypatch):
