@@ -201,7 +201,8 @@ def parse_digest(inspect_out: str, image: str) -> str | None:
     text = inspect_out.strip()
     if not text:
         return None
-    js, _, image_id = text.partition(" ")
+    # "<json list> <id>": the list itself has spaces when an image has several repo digests
+    js, _, image_id = text.rpartition(" ")
     try:
         digests = json.loads(js) or []
     except ValueError:
