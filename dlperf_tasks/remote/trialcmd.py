@@ -46,8 +46,9 @@ def trial_commands(nodes: list, trial: Trial, suite, run_id: str, runtime: HostR
     out: dict[int, object] = {}
     for r in ([0] if mpi else range(len(nodes))):
         run_dir = node_run_dir(nodes[r], run_id)
-        node_settings = settings if isinstance(runtime, DockerRuntime) else \
-            {**settings, "node_files_dir": node_files_dir(nodes[r].workdir)}  # no container: the host path
+        # no container: the catalog files are where prepare put them on the host (unless the launcher says)
+        node_settings = settings if isinstance(runtime, DockerRuntime) or settings.get("node_files_dir") else \
+            {**settings, "node_files_dir": node_files_dir(nodes[r].workdir)}
         spec = fw.checked_launch(trial, r, specs, node_settings)
         # the suite's source patches are applied in front of the command (catalog/patches.py)
         spec = LaunchSpec(argv=patches.wrap(suite, spec.argv, spec.workdir, node_settings), env=spec.env,
