@@ -26,7 +26,7 @@ MORE_SECTION = "More options"
 #: shown in the default (open) section; every other form field goes to MORE_SECTION
 EVERYDAY = ("suites", "topologies", "batch_sizes", "precisions", "xla", "trials", "dry_run")
 #: the CI widths the form offers for adaptive trials (true = the default, 1 %)
-ADAPTIVE_WIDTHS = (0.01, 0.02, 0.05, 0.1)
+ADAPTIVE_WIDTHS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5)  # 0.5: the widest the adaptive rule takes (issue 17)
 
 
 def applicable(suite_ids: Iterable[str]) -> set[str]:

@@ -44,6 +44,15 @@ def resolve_run(store: Any, spec: str, suite: str | None = None) -> str:
     if any(c.isspace() or ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in spec):
         raise DlperfError(f"run {spec!r}: a run id has no whitespace or control character (not even a "
                           f"trailing newline); give it exactly")
+    locate = getattr(store, "locate", None)
+    if spec and spec != "latest" and locate is not None and "/" not in spec:
+        from dlperf_tasks.errors import DlperfError as _Err
+
+        try:  # an exact id: one read of its pointer object, no index (which may be huge or missing)
+            locate(spec, suite=suite)
+            return spec
+        except _Err:
+            pass
     if spec == "latest":
         runs = store.list_runs(suite=suite, limit=1)  # one summary held, whatever the index's length
         if not runs:

@@ -218,10 +218,13 @@ def test_real_airflow_params_dict_refuses_bad_conf_naming_the_param():
 
     from dlperf_tasks.airflow.params import dag_params
 
-    for conf, name in [({"topologies": ["1n1g; id"]}, "topologies"), ({"trials": 0}, "trials"),
-                       ({"batch_sizes": ["x"]}, "batch_sizes"), ({"image_tag": "`id`"}, "image_tag"),
-                       ({"suites": ["mxnet-bert"]}, "suites"), ({"xla": "sometimes"}, "xla")]:
-        pd = ParamsDict(dag_params(["smoke"]))
+    # image_tag and xla are fields only of DAGs whose suites have them (issue 26.6 form)
+    for conf, name, suites in [({"topologies": ["1n1g; id"]}, "topologies", ["smoke"]), ({"trials": 0}, "trials", ["smoke"]),
+                               ({"batch_sizes": ["x"]}, "batch_sizes", ["smoke"]),
+                               ({"image_tag": "`id`"}, "image_tag", ["pytorch-bert"]),
+                               ({"suites": ["mxnet-bert"]}, "suites", ["smoke"]),
+                               ({"xla": "sometimes"}, "xla", ["tensorflow-bert"])]:
+        pd = ParamsDict(dag_params(suites))
         with pytest.raises(ParamValidationError, match=f"Invalid input for param {name}"):
             pd.update(conf)
     pd = ParamsDict(dag_params(["smoke"]))
