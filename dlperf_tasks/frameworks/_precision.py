@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dlperf_tasks.model import Cell
 
-_MXNET = {"float16": "amp", "half": "amp", "float32": "fp32", "single": "fp32", "float64": "fp64",
-          "double": "fp64", "float": "fp64"}
-_TF = {"fp16": "amp", "bf16": "bf16", "fp32": "fp32"}
+#: NumPy dtype names MXNet's cast takes, and tensorflow/models' --dtype enum -> the precision trained
+NUMPY_FLOATS = {"float16": "amp", "half": "amp", "float32": "fp32", "single": "fp32", "float64": "fp64",
+                "double": "fp64", "float": "fp64"}
+TF_DTYPES = {"fp16": "amp", "bf16": "bf16", "fp32": "fp32"}
 _TRUE = ("true", "1")
 
 
@@ -28,7 +29,7 @@ def log_precision(family: str, args: dict) -> tuple[str | None, str]:
         dtype = _arg(args, "dtype")
         if dtype is None:
             return None, ""
-        table = _MXNET if family == "mxnet" else _TF
+        table = NUMPY_FLOATS if family == "mxnet" else TF_DTYPES
         return table.get(dtype, dtype), f"dtype={dtype}"
     if family == "dle":
         flags = {k: _arg(args, k) for k in ("fp16", "amp") if _arg(args, k) is not None}

@@ -22,16 +22,13 @@ from __future__ import annotations
 import posixpath
 from typing import Mapping
 
+from dlperf_tasks.frameworks._precision import NUMPY_FLOATS, TF_DTYPES
 from dlperf_tasks.model import Cell
 
 #: the script each framework's launch runs (its flags follow it in the command)
 SCRIPTS = {"mxnet_bert": "run_pretraining.py", "mxnet_resnet50": "train_horovod.py", "pytorch_bert": "run_pretraining.py",
            "tensorflow_bert": "run_pretraining.py", "megatron_gpt": "pretrain_gpt.py"}
-#: NumPy dtype names MXNet's cast takes -> precision
-NUMPY_FLOATS = {"float16": "amp", "half": "amp", "float32": "fp32", "single": "fp32", "float64": "fp64",
-                "double": "fp64", "float": "fp64"}
 GLUON_NLP_SIZES = {"bert_12_768_12": "base", "bert_24_1024_16": "large"}
-TF_DTYPES = {"fp16": "amp", "bf16": "bf16", "fp32": "fp32"}
 #: DLE's own config next to run_pretraining.py (PyTorch/LanguageModeling/BERT/bert_config.json) is BERT-large
 DLE_OWN_CONFIG = ("bert_config.json", "large")
 

@@ -25,7 +25,6 @@ import datetime as _dt
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -291,20 +290,11 @@ def dumps(result: Mapping[str, Any]) -> str:
 
 def write_result(result: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Validate and write atomically (temp file + rename). Returns the path."""
+    from dlperf_tasks.report.result_stream import write_atomic
+
     validate(result, where=str(path))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = dumps(result)
-    fd, tmp = tempfile.mkstemp(prefix=".result-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    data = dumps(result).encode("utf-8")
+    return write_atomic(path, lambda fh: fh.write(data))
 
 
 def validate(result: Mapping[str, Any], where: str = "result") -> None:

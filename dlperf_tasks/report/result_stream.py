@@ -23,7 +23,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Mapping
+from typing import IO, Any, Callable, Mapping
 
 _TOKEN = "@@dlperf-samples-{}@@"
 _TOKEN_RE = re.compile(r'"@@dlperf-samples-(\d+)@@"')
@@ -111,20 +111,26 @@ def write_document(result: Mapping[str, Any], spool: SampleSpool | None, out: IO
     out.write(b"\n")
 
 
-def write_result_file(result: Mapping[str, Any], spool: SampleSpool | None, path: str | os.PathLike) -> Path:
-    """:func:`write_document` to ``path`` atomically (temp file in the same directory + rename)."""
+def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
+    """``write(fh)`` into a temp file beside ``path``, then rename it over ``path`` (a reader sees the old
+    file or the whole new one; the temp file never stays behind). Returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".result-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            write_document(result, spool, fh)
+            write(fh)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
+
+
+def write_result_file(result: Mapping[str, Any], spool: SampleSpool | None, path: str | os.PathLike) -> Path:
+    """:func:`write_document` to ``path`` atomically."""
+    return write_atomic(path, lambda fh: write_document(result, spool, fh))
 
 
 def copy_file(path: str | os.PathLike, out: IO[bytes]) -> None:
