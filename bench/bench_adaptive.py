@@ -1,7 +1,7 @@
 """Adaptive trial count (issue 17 item 2): trials and GPU-hours saved against the fixed count,
 and whether the adaptive medians stay within their intervals of the fixed-count medians.
 
-Two inputs, both run through the real stopping rule (``dlperf_tasks.adaptive.simulate``):
+Two inputs, both run through the real stopping rule (``dlperf_tasks.policy.adaptive.simulate``):
 
 1. **replay**: the 16 cells of the DLPerf seed reports (MXNet BERT, TF BERT, MXNet RN50;
    ``tests/unit/dlperf_seed_data.py``), each cell's recorded trial speeds in trial order;
@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, goal, machine, save_json, table  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from dlperf_tasks.adaptive import AdaptivePolicy, simulate  # noqa: E402
-from dlperf_tasks.topology import Topology  # noqa: E402
+from dlperf_tasks.policy.adaptive import AdaptivePolicy, simulate  # noqa: E402
+from dlperf_tasks.core.topology import Topology  # noqa: E402
 
 
 def seed_cells() -> list[dict[str, Any]]:

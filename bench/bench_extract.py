@@ -13,7 +13,7 @@ What it does
    MXNet BERT 4n8g logs in which *every* rank prints every step (32 x 200 step lines, built
    from the 1n8g fixture), PyTorch BERT logs full of tqdm ``\\r`` progress bars, TensorFlow
    BERT and MXNet ResNet-50 logs, each as many trials ``<prefix>_b<B>_<prec>_<k>.log``.
-2. Runs ``dlperf_tasks.extract.extract_tree`` once per suite in a fresh process pinned to
+2. Runs ``dlperf_tasks.measure.extract.extract_tree`` once per suite in a fresh process pinned to
    one core, and reports MB/s and peak RSS (``resource.getrusage``).
 3. Streaming checks: the MXNet tree at 1/4 and full size (peak RSS must not grow much with
    the archive), the same tree as a ``.tar.gz`` archive, and ONE huge log (a valid trial
@@ -169,7 +169,7 @@ def tree_bytes(path: Path) -> int:
 def _window(suite_id: str):
     """The generated PyTorch logs are the 150-step fixtures, read with DLPerf's timestamp rule (as DLPerf's
     extract_pytorch_logs_time.py does): the suite's default is seed 001's 4-step summary rule."""
-    from dlperf_tasks.model import Window
+    from dlperf_tasks.core.model import Window
 
     return Window(20, 100) if suite_id == "pytorch-bert" else None
 
@@ -180,7 +180,7 @@ def work(p: dict[str, Any]) -> dict[str, Any]:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     from dlperf_tasks.catalog import load_suite
-    from dlperf_tasks.extract import extract_tree
+    from dlperf_tasks.measure.extract import extract_tree
 
     suite = load_suite(p["suite"])
     tm = None

@@ -89,7 +89,7 @@ def overrides_for(suite, p: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------ worker steps (fresh process each)
 def step_plan(p: dict[str, Any]) -> dict[str, Any]:
     from dlperf_tasks.catalog import load_suite
-    from dlperf_tasks.plan import plan
+    from dlperf_tasks.catalog.plan import plan
 
     out: dict[str, Any] = {"suites": {}}
     with Timer() as t:
@@ -114,9 +114,9 @@ def step_plan(p: dict[str, Any]) -> dict[str, Any]:
 
 def step_simulate(p: dict[str, Any]) -> dict[str, Any]:
     from dlperf_tasks.catalog import load_suite
-    from dlperf_tasks.plan import plan
+    from dlperf_tasks.catalog.plan import plan
     from dlperf_tasks.remote.inventory import Cluster
-    from dlperf_tasks.scheduler import Job, simulate
+    from dlperf_tasks.policy.scheduler import Job, simulate
 
     cluster = Cluster.from_yaml(p["inventory"])
     nodes = {n.name: n.gpus for n in cluster.nodes}

@@ -6,10 +6,10 @@
 
 The sweep: 6 topologies (1n1g, 1n2g, 1n4g, 1n8g, 2n8g, 4n8g) x 5 trials = 30 trials on 4
 nodes of 8 GPUs. The lower bound no schedule can beat is max(total node-seconds / nodes,
-longest trial) (``dlperf_tasks.scheduler.lower_bound``; trials have no dependencies, so
+longest trial) (``dlperf_tasks.policy.scheduler.lower_bound``; trials have no dependencies, so
 the longest chain is the longest trial).
 
-1. Simulation: ``dlperf_tasks.scheduler.simulate`` with a fixed duration per trial (and,
+1. Simulation: ``dlperf_tasks.policy.scheduler.simulate`` with a fixed duration per trial (and,
    as a check of robustness, seeded random durations of 0.5-1.5x).
 2. Real: ``dlperf sweep --policy P`` (the real CLI: SSH to real sshd nodes, host runtime,
    stand-in trainer replaying TensorFlow BERT logs, one process per node) with short trials
@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, BenchError, Timer, goal, machine, save_json, table  # noqa: E402
 
-from dlperf_tasks.scheduler import POLICIES, Job, lower_bound, simulate  # noqa: E402
+from dlperf_tasks.policy.scheduler import POLICIES, Job, lower_bound, simulate  # noqa: E402
 
 TOPOLOGIES = ("1n1g", "1n2g", "1n4g", "1n8g", "2n8g", "4n8g")
 GOAL_BOUND_RATIO = 1.15

@@ -35,13 +35,13 @@ from _common import goal, machine, save_json, table  # noqa: E402
 
 from dlperf_tasks import frameworks  # noqa: E402
 from dlperf_tasks.catalog.loader import load_suite  # noqa: E402
-from dlperf_tasks.model import Cell, Trial, TrialStatus, Window  # noqa: E402
+from dlperf_tasks.core.model import Cell, Trial, TrialStatus, Window  # noqa: E402
 from dlperf_tasks.remote.allocation import Leases  # noqa: E402
 from dlperf_tasks.remote.inventory import Cluster  # noqa: E402
 from dlperf_tasks.remote.runtime import make_runtime  # noqa: E402
 from dlperf_tasks.remote.ssh import SSHPool  # noqa: E402
 from dlperf_tasks.remote.trial import run_trial  # noqa: E402
-from dlperf_tasks.topology import Topology  # noqa: E402
+from dlperf_tasks.core.topology import Topology  # noqa: E402
 
 SPEEDS = {"1n1g": 100.0, "1n8g": 800.0, "2n8g": 1600.0, "4n8g": 3200.0}
 

@@ -54,9 +54,9 @@ def overhead(seconds: float, interval: float) -> dict:
 
 def gpu_smoke(args) -> dict:
     from dlperf_tasks.frameworks import get
-    from dlperf_tasks.model import Cell, Trial, TrialResult, TrialStatus, Window
+    from dlperf_tasks.core.model import Cell, Trial, TrialResult, TrialStatus, Window
     from dlperf_tasks.telemetry import report
-    from dlperf_tasks.topology import Topology
+    from dlperf_tasks.core.topology import Topology
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 Registers (Airflow 3 plugin interface, see airflow/plugins_manager.py):
 
-- ``fastapi_apps``: the results web app (:mod:`dlperf_tasks.history.web`) mounted in the
+- ``fastapi_apps``: the results web app (:mod:`dlperf_tasks.web.app`) mounted in the
   api-server under ``/dlperf``;
 - ``external_views``: a "DLPerf results" entry in the UI navigation (Browse menu) that shows
   that page inside the Airflow UI (``/plugin/dlperf-results``);
@@ -19,10 +19,10 @@ authentication, so every route of the app depends on :func:`authorize`: the call
 authenticated by Airflow's own ``get_user`` (the UI's ``_token`` JWT cookie or an
 ``Authorization: Bearer`` token, checked by the configured auth manager; none -> 401, a bad
 or expired token -> 401/403; a browser opening a page without a valid session is sent to the
-login page instead, :func:`dlperf_tasks.history.access.login_redirect`) and authorised by the
+login page instead, :func:`dlperf_tasks.web.access.login_redirect`) and authorised by the
 auth manager's ``is_authorized_dag``: a
 user who may read a dlperf DAG may read the results of that DAG's suites
-(:mod:`dlperf_tasks.history.access`). No route is open, ``/healthz`` included.
+(:mod:`dlperf_tasks.web.access`). No route is open, ``/healthz`` included.
 
 The store: ``$DLPERF_STORE_URL`` if set, else ``[dlperf] store_url`` (airflow.cfg or
 ``AIRFLOW__DLPERF__STORE_URL``), else the store's default. S3 credentials come from the
@@ -84,7 +84,7 @@ async def authorize(request: Request, credentials: HTTPAuthorizationCredentials 
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
     from airflow.api_fastapi.core_api.security import get_user
 
-    from dlperf_tasks.history.access import AccessDenied, login_redirect, viewer_for
+    from dlperf_tasks.web.access import AccessDenied, login_redirect, viewer_for
 
     manager = get_auth_manager()
     try:
@@ -107,7 +107,7 @@ async def authorize(request: Request, credentials: HTTPAuthorizationCredentials 
 
 
 def _app():
-    from dlperf_tasks.history.web import create_app
+    from dlperf_tasks.web.app import create_app
 
     return create_app(_store, authorize=authorize, dag_of=lambda suite: suite_dags().get(suite),
                       ui_base=_airflow_base())

@@ -25,8 +25,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from dlperf_tasks.errors import DlperfError
-from dlperf_tasks.settings import project_root
+from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.core.settings import project_root
 
 from dlperf_tasks.cli import _args
 

@@ -14,10 +14,10 @@ Task graph (same for every DAG)::
     cleanup: a teardown that always runs (stops leftovers, cleans the nodes)
 
 Issue 17 (docs/decisions.md): a trial beyond a cell's minimum records itself "not needed" when
-the adaptive rule stopped its cell (engine trial step, dlperf_tasks/dagdecisions.py); aggregate
+the adaptive rule stopped its cell (engine trial step, dlperf_tasks/engine/dagdecisions.py); aggregate
 adds node health (and quarantines suspects when asked); a regression finding triggers this DAG
 again with conf ``{"confirm": plan}``, whose plan step plans the A/B trials
-(dlperf_tasks/abdag.py) and whose publish step records the verdict instead of publishing.
+(dlperf_tasks/engine/abdag.py) and whose publish step records the verdict instead of publishing.
 
 Parsing does no network I/O and imports nothing heavy: the catalog YAMLs are read
 (local files) and every layer below is imported inside the tasks.
@@ -39,9 +39,9 @@ from dlperf_tasks.airflow import notifier
 from dlperf_tasks.airflow.operators import ConfirmTriggerOperator, TrialOperator
 from dlperf_tasks.airflow.lazy import lazy_module
 # the layers below run inside the tasks only: lazy modules keep them out of every DAG parse (issue 28.4)
-abdag, dagdecisions = lazy_module("dlperf_tasks.abdag"), lazy_module("dlperf_tasks.dagdecisions")
+abdag, dagdecisions = lazy_module("dlperf_tasks.engine.abdag"), lazy_module("dlperf_tasks.engine.dagdecisions")
 finish, setup = lazy_module("dlperf_tasks.engine.finish"), lazy_module("dlperf_tasks.engine.setup")
-staging = lazy_module("dlperf_tasks.store.staging")
+staging = lazy_module("dlperf_tasks.engine.staging")
 
 START = _dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc)
 DAG_PREFIX = "dlperf_"
@@ -59,7 +59,7 @@ def _guard(fn: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from dlperf_tasks.errors import DlperfError
+        from dlperf_tasks.core.errors import DlperfError
 
         try:
             return fn(*args, **kwargs)

@@ -6,7 +6,7 @@ their group; ``dags/dlperf_dags.py`` builds every other group (site suites in
 that load: a suite file that does not is left out of its group, and a broken site file that
 overrides a built-in suite leaves the built-in one in place (catalog/loader.py), so a broken
 site file hides only itself, never a built-in DAG. ``dags/dlperf_suite_errors.py`` raises a
-:class:`~dlperf_tasks.errors.CatalogError` naming every broken file (line and key): Airflow
+:class:`~dlperf_tasks.core.errors.CatalogError` naming every broken file (line and key): Airflow
 shows it as that module's import error ("DAG Import Errors"), and no DAG is lost to it.
 """
 
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from dlperf_tasks.airflow import dag_factory
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
 
 CATCH_ALL = "dlperf_dags"
 ERRORS_MODULE = "dlperf_suite_errors"

@@ -55,7 +55,7 @@ def show(dag_id: str) -> int:
         for c in last.get("commands") or []:
             print(f"  {c}")
         return 0
-    from dlperf_tasks.safeurl import safe_url
+    from dlperf_tasks.core.safeurl import safe_url
 
     print(f"store {safe_url(last.get('store') or cfg.store_url)} (dlperf results ls / show / compare read the same store)")
     for p in last["published"]:

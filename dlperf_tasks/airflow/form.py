@@ -33,7 +33,7 @@ def applicable(suite_ids: Iterable[str]) -> set[str]:
     """Names of the per-DAG fields that apply to these suites (``xla``, ``image_tag``).
     Both when the catalog does not load (the DAG's import error says why)."""
     from dlperf_tasks.catalog.loader import load_suite
-    from dlperf_tasks.errors import DlperfError
+    from dlperf_tasks.core.errors import DlperfError
 
     try:
         suites = [load_suite(i) for i in sorted(suite_ids)]

@@ -16,7 +16,7 @@ import copy
 import re
 from typing import Any, Iterable, Mapping
 
-from dlperf_tasks.errors import PlanError
+from dlperf_tasks.core.errors import PlanError
 
 # at most 9999 nodes and 99 GPUs per node: "99999999999n8g" (it fit maxLength 16) used to plan for GBs
 TOPOLOGY_PATTERN = r"^[1-9][0-9]{0,3}n[1-9][0-9]?g$"
@@ -92,7 +92,7 @@ def schemas(suite_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
             "values_display": {"null": "the [dlperf] policy", "continue": "continue", "fail_fast": "fail_fast"},
             "description": "continue: record failed/invalid trials and go on; fail_fast: stop the run at the first one.",
         },
-        # issue 17 in the DAG (docs/decisions.md; dlperf_tasks/dagdecisions.py, abdag.py)
+        # issue 17 in the DAG (docs/decisions.md; dlperf_tasks/engine/dagdecisions.py, abdag.py)
         "adaptive": {
             "type": ["null", "boolean", "number"], "exclusiveMinimum": 0, "maximum": 0.5, "title": "Adaptive trials",
             "description": "true or a CI width (0.01 = 1 %): stop a cell's trials once its median is known; "
@@ -133,7 +133,7 @@ def form_choices(suite_ids: Iterable[str]) -> dict[str, list]:
     list field as the same multi-select (suites and precisions have theirs); other values go
     in the conf JSON. ``{}`` when the catalog does not load."""
     from dlperf_tasks.catalog.loader import load_suite
-    from dlperf_tasks.errors import DlperfError
+    from dlperf_tasks.core.errors import DlperfError
 
     try:
         suites = [load_suite(i) for i in sorted(suite_ids)]
@@ -150,8 +150,8 @@ def suite_defaults(suite_ids: Iterable[str]) -> dict[str, str]:
     (cells x trials per suite). ``{}`` when the catalog does not load (the DAG's import error
     says why)."""
     from dlperf_tasks.catalog.loader import load_suite
-    from dlperf_tasks.errors import DlperfError
-    from dlperf_tasks.plan import Overrides, plan
+    from dlperf_tasks.core.errors import DlperfError
+    from dlperf_tasks.catalog.plan import Overrides, plan
 
     try:
         suites = [load_suite(i) for i in sorted(suite_ids)]
@@ -245,8 +245,8 @@ def check_map_length(params: Mapping[str, Any], suite_ids: Iterable[str], limit:
     max_map_length), naming the fields; sizes are checked before anything is expanded
     (``plan.plan(max_trials=...)``). Suites that do not plan are left to the plan step's error."""
     from dlperf_tasks.catalog.loader import load_suite
-    from dlperf_tasks.errors import DlperfError
-    from dlperf_tasks.plan import Overrides, plan
+    from dlperf_tasks.core.errors import DlperfError
+    from dlperf_tasks.catalog.plan import Overrides, plan
 
     limit = limit if limit is not None else max_map_length()
     if limit is None:
@@ -278,8 +278,8 @@ def precheck(group: str, conf: Mapping[str, Any] | None, settings) -> str | None
     from dlperf_tasks.catalog.loader import load_suite, suites_by_group
     from dlperf_tasks.engine.errors import NonRetriable
     from dlperf_tasks.engine.setup import OVERRIDE_KEYS, check_fits
-    from dlperf_tasks.errors import DlperfError
-    from dlperf_tasks.plan import Overrides, plan
+    from dlperf_tasks.core.errors import DlperfError
+    from dlperf_tasks.catalog.plan import Overrides, plan
 
     try:
         groups, _ = suites_by_group()

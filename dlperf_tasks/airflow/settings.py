@@ -42,8 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from dlperf_tasks import settings as core
-from dlperf_tasks.settings import POLICIES, REDACTIONS, SettingsError, project_root  # noqa: F401 (re-exported)
+from dlperf_tasks.core import settings as core
+from dlperf_tasks.core.settings import POLICIES, REDACTIONS, SettingsError, project_root  # noqa: F401 (re-exported)
 
 @dataclass(frozen=True)
 class DlperfSettings(core.Settings):
@@ -98,7 +98,7 @@ def _overrides(get: Callable[[str, str | None], str | None], catalog_path: tuple
     """The ``schedule_<dag>`` options set for the catalog's DAGs, checked now (a bad cron fails
     the settings load, not a DAG parse later)."""
     from dlperf_tasks.catalog.loader import dag_names
-    from dlperf_tasks.errors import CatalogError
+    from dlperf_tasks.core.errors import CatalogError
 
     try:
         dags = dag_names(list(catalog_path) or None)
@@ -123,7 +123,7 @@ def _airflow_getter() -> Callable[[str, str | None], str | None]:
 
 def load(get: Callable[[str, str | None], str | None] | None = None) -> DlperfSettings:
     """Map the ``[dlperf]`` section (``get(key, default)``, default Airflow's config) onto the
-    core settings (environment variables ``DLPERF_*`` still win, see dlperf_tasks.settings)."""
+    core settings (environment variables ``DLPERF_*`` still win, see dlperf_tasks.core.settings)."""
     get = get or _airflow_getter()
     try:
         values = core.load_values(get, source="[dlperf]")

@@ -66,7 +66,7 @@ def run_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tri
     """One trial in this worker's own run dir: the run's staged files pulled first, the trial's
     record, logs and telemetry pushed to the staging area after (no shared disk)."""
     from dlperf_tasks.engine.trials import run_item
-    from dlperf_tasks.store import staging
+    from dlperf_tasks.engine import staging
 
     local = staging.enter_trial(item, settings)
     try:
@@ -88,7 +88,7 @@ def start_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_t
     remote jobs run; nothing to push yet), or with ``busy_returns`` ``{"waiting": reason}`` when no
     nodes were free within ``lease_wait_s`` (nothing recorded: the task waits deferred, calls again)."""
     from dlperf_tasks.engine.trials import start_item
-    from dlperf_tasks.store import staging
+    from dlperf_tasks.engine import staging
 
     local = staging.enter_trial(item, settings)
     done = True
@@ -108,7 +108,7 @@ def resume_trial(item: Mapping[str, Any], settings, state: Mapping[str, Any], ve
     """The second half, in whichever worker resumes the task: logs copied from the nodes into
     its own run dir, gated, recorded, pushed to staging; leases released."""
     from dlperf_tasks.engine.trials import finish_item
-    from dlperf_tasks.store import staging
+    from dlperf_tasks.engine import staging
 
     local = staging.enter_trial(item, settings)
     try:

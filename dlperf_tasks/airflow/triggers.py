@@ -98,7 +98,7 @@ class RemoteTrialTrigger(BaseTrigger):
         if not self.trial:
             return None
         from dlperf_tasks.engine.trials import stop_event
-        from dlperf_tasks.model import Trial
+        from dlperf_tasks.core.model import Trial
 
         return stop_event(self.trial["run_id"], Trial.from_dict(self.trial["trial"]).key, forget=forget)
 

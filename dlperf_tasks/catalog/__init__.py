@@ -7,7 +7,8 @@
 Extra suite directories: ``$DLPERF_CATALOG_PATH`` (``:``-separated), searched before the built-in ones.
 """
 
-from dlperf_tasks.catalog.loader import BUILTIN_DIR, ENV_VAR, list_suites, load_file, load_suite, search_dirs
+from dlperf_tasks.catalog.loader import BUILTIN_DIR, list_suites, load_file, load_suite, search_dirs
+from dlperf_tasks.core.catalog_path import ENV_VAR
 from dlperf_tasks.catalog.model import ContainerSpec, Patch, Suite, Upstream
 
 __all__ = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
 
 OPTIMIZERS = ("lamb", "adam")
 #: frameworks whose launch() understands the keys below

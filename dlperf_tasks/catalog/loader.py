@@ -17,9 +17,9 @@ import re
 from pathlib import Path
 
 from dlperf_tasks.catalog.model import Suite
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.catalog_path import site_dirs
+from dlperf_tasks.core.errors import CatalogError
 
-ENV_VAR = "DLPERF_CATALOG_PATH"
 BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
 _SUFFIXES = (".yaml", ".yml")
 
@@ -28,23 +28,7 @@ _CACHE: dict[str, tuple[int, int, Suite]] = {}
 
 def search_dirs(extra_dirs: list[str | os.PathLike] | None = None) -> list[Path]:
     """Directories searched for suites, in order: ``extra_dirs``, ``$DLPERF_CATALOG_PATH``, built-in."""
-    dirs: list[Path] = [Path(d) for d in (extra_dirs or [])]
-    for entry in os.environ.get(ENV_VAR, "").split(os.pathsep):
-        if entry.strip():
-            dirs.append(Path(entry.strip()))
-    for d in dirs:
-        try:
-            ok = d.is_dir()
-        except OSError as exc:  # e.g. a name too long for the file system
-            ok, why = False, exc.strerror or str(exc)
-        else:
-            why = "is not a directory"
-        if not ok:
-            text = str(d)
-            shown = repr(text) if len(text) <= 80 else f"{text[:60]!r}... ({len(text)} characters)"
-            raise CatalogError(f"catalog directory {shown} (from {ENV_VAR} or --catalog-dir): {why}")
-    dirs.append(BUILTIN_DIR)
-    return dirs
+    return [*site_dirs(extra_dirs), BUILTIN_DIR]
 
 
 def load_file(path: str | os.PathLike) -> Suite:

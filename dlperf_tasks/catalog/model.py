@@ -1,7 +1,7 @@
 """The in-memory form of a suite YAML (dlperf_tasks/catalog/suites/<id>.yaml).
 
 The loader (catalog/loader.py) validates a YAML and builds a :class:`Suite`;
-planning (dlperf_tasks/plan.py) turns a Suite + overrides into cells and trials.
+planning (dlperf_tasks/catalog/plan.py) turns a Suite + overrides into cells and trials.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlperf_tasks.model import ParallelLayout, Window
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.model import ParallelLayout, Window
+from dlperf_tasks.core.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,12 @@ import posixpath
 from pathlib import Path
 from typing import Any
 
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
+from dlperf_tasks.frameworks._launch import CONTAINER_DIR, container_path  # noqa: F401 - the mount point and its paths
 
 BUILTIN_DATA_DIR = Path(__file__).resolve().parent / "data"
 #: per-node directory under the node's workdir: <workdir>/catalog/
 NODE_FILES_DIR = "catalog"
-#: where the suite's container mounts that directory
-CONTAINER_DIR = "/dlperf/catalog"
 #: launcher settings whose value is a catalog data file shipped to the nodes
 FILE_KEYS = ("bert_config",)
 
@@ -114,14 +113,6 @@ def node_files_dir(node_workdir: str, suite_id: str = "") -> str:
     lease, so another run's trial may be reading a file while it is rewritten: ``SSHPool.put_bytes``
     replaces it atomically (temporary file + rename). ``suite_id`` is accepted and unused."""
     return posixpath.join(node_workdir.rstrip("/") or "/", NODE_FILES_DIR)
-
-
-def container_path(relpath: str, settings=None) -> str:
-    """Path of a node file as the training command sees it: inside the trial container
-    (:data:`CONTAINER_DIR`), or, when the launcher settings carry ``node_files_dir`` (host runtime:
-    the engine passes ``node_files_dir(node.workdir)``), in that directory."""
-    base = (settings or {}).get("node_files_dir") or CONTAINER_DIR
-    return posixpath.join(str(base), relpath)
 
 
 def put_node_files(pool, node_name: str, node_workdir: str, suite) -> list[str]:

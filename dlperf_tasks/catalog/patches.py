@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from dlperf_tasks.catalog.nodefiles import BUILTIN_DATA_DIR, container_path, find_data_file
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
 
 APPLIER = "dlperf_patch.py"
 

@@ -16,9 +16,9 @@ from dlperf_tasks.catalog.model import ContainerSpec, Patch, Suite, Upstream
 from dlperf_tasks.catalog.patches import check_patches
 from dlperf_tasks.catalog.schema import SUITE_SCHEMA
 from dlperf_tasks.catalog.yamlsrc import KeyPath, format_path
-from dlperf_tasks.errors import CatalogError, PlanError
-from dlperf_tasks.model import ParallelLayout, Precision, Window
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.errors import CatalogError, PlanError
+from dlperf_tasks.core.model import ParallelLayout, Precision, Window
+from dlperf_tasks.core.topology import Topology
 
 PRECISIONS = tuple(p.value for p in Precision)
 
@@ -36,7 +36,7 @@ def check_image_ref(ref: str, where: str = "image") -> str:
     Guards every image that reaches ``docker pull/run`` argv: a value such as ``--privileged``
     or ``-v/:/host`` would otherwise be read by docker as an option.
     """
-    from dlperf_tasks.errors import CatalogError
+    from dlperf_tasks.core.errors import CatalogError
 
     if not isinstance(ref, str) or not _IMAGE_RE.match(ref):
         raise CatalogError(f"{where}: {ref!r} is not a Docker image reference ([registry/]name[:tag][@sha256:digest])")
@@ -490,8 +490,8 @@ def suite_to_dict(suite: Suite) -> dict[str, Any]:
 
 def _decision_fields(data: dict, problems) -> None:
     """``adaptive`` / ``node_health`` (docs/decisions.md) checked when the suite loads, not at sweep time."""
-    from dlperf_tasks.adaptive import AdaptivePolicy
-    from dlperf_tasks.nodehealth import HealthConfig
+    from dlperf_tasks.policy.adaptive import AdaptivePolicy
+    from dlperf_tasks.policy.nodehealth import HealthConfig
 
     for key, parse in (("adaptive", AdaptivePolicy.from_value), ("node_health", HealthConfig.from_value)):
         if key in data:

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
 
 try:  # libyaml is ~10x faster; DAG parsing loads the catalog
     _Loader = yaml.CSafeLoader

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from dlperf_tasks import __version__
-from dlperf_tasks.errors import DlperfError
+from dlperf_tasks.core.errors import DlperfError
 
 COMMANDS = ["catalog", "plan", "extract", "sweep", "publish", "results", "cluster", "confirm"]
 

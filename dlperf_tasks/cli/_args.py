@@ -56,7 +56,7 @@ def float_between(minimum: float, maximum: float):
 
 def short_int(text: str) -> int:
     """An integer of at most 32 characters (argparse's own ``invalid int value`` otherwise; the
-    range is checked by whoever reads it, e.g. :class:`dlperf_tasks.plan.Overrides`)."""
+    range is checked by whoever reads it, e.g. :class:`dlperf_tasks.catalog.plan.Overrides`)."""
     if len(text) > 32:
         raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer")
     return int(text)

@@ -11,7 +11,7 @@ import re
 import shlex
 from typing import Iterator
 
-from dlperf_tasks.errors import PlanError
+from dlperf_tasks.core.errors import PlanError
 
 #: environment names whose values are never printed
 _SECRET = re.compile(r"PASS|SECRET|TOKEN|KEY|CREDENTIAL|AUTH", re.IGNORECASE)

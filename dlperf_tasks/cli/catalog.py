@@ -45,7 +45,7 @@ def _list(args) -> int:
 
     from dlperf_tasks.catalog import list_suites
     from dlperf_tasks.catalog.site import site_warnings
-    from dlperf_tasks.plan import format_table
+    from dlperf_tasks.catalog.plan import format_table
 
     errors: list = []
     suites = list_suites(extra_dirs=args.catalog_dir, errors=errors)  # a broken site file hides only itself
@@ -108,7 +108,7 @@ def _check(args) -> int:
     import sys
 
     from dlperf_tasks.catalog import load_file
-    from dlperf_tasks.errors import CatalogError
+    from dlperf_tasks.core.errors import CatalogError
 
     from dlperf_tasks.catalog.site import site_warnings
 

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 
 def check_node(pool, name: str) -> dict:
-    from dlperf_tasks.errors import RemoteError
+    from dlperf_tasks.core.errors import RemoteError
     from dlperf_tasks.remote.runtime import probe_command
 
     row = {"node": name, "ssh": "ok", "docker": "-", "nvidia": "-", "gpus": "-", "ib": "-", "lease": "-"}
@@ -50,7 +50,7 @@ def check_node(pool, name: str) -> dict:
 def run_check(args) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from dlperf_tasks.plan import format_table
+    from dlperf_tasks.catalog.plan import format_table
     from dlperf_tasks.remote.inventory import Cluster
     from dlperf_tasks.remote.ssh import SSHPool
 

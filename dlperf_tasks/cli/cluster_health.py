@@ -1,6 +1,6 @@
 """``dlperf cluster quarantine`` / ``dlperf cluster clear NODE``: the nodes the service keeps
 out of its sweeps (node health, issue 17). The state is ``state/quarantine.json`` in the run
-store (``dlperf_tasks/nodehealth.py``), the one every worker host reads: ``--store URL``, else
+store (``dlperf_tasks/policy/nodehealth.py``), the one every worker host reads: ``--store URL``, else
 the settings' store. ``--work-dir DIR`` names a directory's ``quarantine.json`` instead (a
 library user's sweep without a store)."""
 
@@ -21,11 +21,11 @@ def register(sub) -> None:
 
 
 def quarantine(args):
-    from dlperf_tasks.nodehealth import Quarantine
+    from dlperf_tasks.store.quarantine import Quarantine
 
     if getattr(args, "work_dir", None):
         return Quarantine(Path(args.work_dir).expanduser())
-    from dlperf_tasks.settings import Settings
+    from dlperf_tasks.core.settings import Settings
 
     return Quarantine.for_settings(Settings.load().with_store(getattr(args, "store", None)))
 
@@ -45,7 +45,7 @@ def run_list(args) -> int:
 
 
 def run_clear(args) -> int:
-    from dlperf_tasks.errors import DlperfError
+    from dlperf_tasks.core.errors import DlperfError
 
     q = quarantine(args)
     if not q.clear(args.node):

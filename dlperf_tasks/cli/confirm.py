@@ -40,9 +40,9 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import tempfile
 
-    from dlperf_tasks.abrun import run_ab
+    from dlperf_tasks.engine.abrun import run_ab
     from dlperf_tasks.catalog.loader import load_suite
-    from dlperf_tasks.errors import DlperfError
+    from dlperf_tasks.core.errors import DlperfError
     from dlperf_tasks.history import confirm as C
     from dlperf_tasks.history.source import open_store
     from dlperf_tasks.remote.inventory import Cluster

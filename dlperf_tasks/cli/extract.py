@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 import sys
 
-from dlperf_tasks.errors import DlperfError, ExtractError
-from dlperf_tasks.model import SPEED_RULES, Window
+from dlperf_tasks.core.errors import DlperfError, ExtractError
+from dlperf_tasks.core.model import SPEED_RULES, Window
 from dlperf_tasks.cli._args import non_negative_int, positive_int
 from dlperf_tasks.cli._term import escape
 
@@ -120,7 +120,8 @@ def _text(fmt: str, res, result) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf_tasks.extract import extract_tree
+    from dlperf_tasks.measure.extract import extract_tree
+    from dlperf_tasks.report.result_json import extract_result
 
     suite = _load_suite(args.suite)
     window = suite.window
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         res = extract_tree(suite, args.log_dir, args.batch_size_per_device, window,
                            prefix=args.prefix, progress=None if args.quiet else sys.stderr,
                            keep_samples=False, sample_sink=spool.put if spool is not None else None)
-        result = res.result()
+        result = extract_result(res)
         _print(args, res, result, spool)
     finally:
         if spool is not None:

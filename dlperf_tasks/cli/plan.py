@@ -59,8 +59,8 @@ def add_override_arguments(p: argparse.ArgumentParser, include_excluded: bool = 
 
 
 def overrides_from_args(args: argparse.Namespace):
-    """The :class:`~dlperf_tasks.plan.Overrides` given by :func:`add_override_arguments`' options."""
-    from dlperf_tasks.plan import Overrides
+    """The :class:`~dlperf_tasks.catalog.plan.Overrides` given by :func:`add_override_arguments`' options."""
+    from dlperf_tasks.catalog.plan import Overrides
 
     return Overrides.from_dict({
         "topologies": args.topologies, "batch_sizes": args.batch_sizes, "precisions": args.precisions,
@@ -89,7 +89,7 @@ def launch_lines(meta: dict) -> list[str]:
 
 def _run(args) -> int:
     from dlperf_tasks.catalog import load_suite
-    from dlperf_tasks.plan import plan
+    from dlperf_tasks.catalog.plan import plan
 
     suite = load_suite(args.suite, extra_dirs=args.catalog_dir)
     p = plan(suite, overrides_from_args(args))
@@ -100,7 +100,7 @@ def _run(args) -> int:
     print(p.summary())
     for line in launch_lines(meta):
         print(line)
-    from dlperf_tasks.decisions import plan_line
+    from dlperf_tasks.engine.decisions import plan_line
 
     line = plan_line(suite, p)  # adaptive trial count (H8): the worst case is the fixed count
     if line:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.cli._args import positive_int
 
 DESCRIPTION = """\
@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
     url = args.store
     if url is None and args.resume:
         url = Spool.load(run_dir).read_target().get("store")
-    from dlperf_tasks.safeurl import safe_url
-    from dlperf_tasks.settings import Settings
+    from dlperf_tasks.core.safeurl import safe_url
+    from dlperf_tasks.core.settings import Settings
 
     where = Settings.load().with_store(url, "--store" if args.store else "the first attempt")
     print(where.describe_store(), file=sys.stderr)

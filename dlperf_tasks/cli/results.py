@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from dlperf_tasks.errors import DlperfError
+from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.cli._args import fraction, percent, positive_int
 from dlperf_tasks.cli._term import escape
 from dlperf_tasks.history.rows import compare_rows, ls_rows, show_rows, verdict_note
@@ -194,7 +194,7 @@ def cmd_show(args) -> int:
     run = result.get("run") or {}
     rows = show_rows(result)
     regress = _manifest_findings(store, args.run_id)
-    from dlperf_tasks.decisions import summary_lines
+    from dlperf_tasks.engine.decisions import summary_lines
     from dlperf_tasks.history import confirm
 
     confirmed = store.read_annotation(args.run_id, confirm.ANNOTATION)  # A/B verdicts (H8)
@@ -214,7 +214,7 @@ def cmd_show(args) -> int:
     _render(rows, "table", ["cell_id", "median", "average", "speedup", "valid", "invalid", "cv", "noisy", "unit"])
     noisy = [r["cell_id"] for r in rows if r["noisy"]]
     if noisy:
-        from dlperf_tasks.history.rows import NOISY_CV
+        from dlperf_tasks.report.flags import NOISY_CV
 
         _print(f"noisy (CV > {NOISY_CV:.0%}): " + ", ".join(noisy))
     if regress is not None:

@@ -73,20 +73,20 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from dlperf_tasks.catalog import load_suite
-    from dlperf_tasks.errors import PlanError
-    from dlperf_tasks.plan import plan
+    from dlperf_tasks.core.errors import PlanError
+    from dlperf_tasks.catalog.plan import plan
     from dlperf_tasks.remote.inventory import Cluster
-    from dlperf_tasks.sweep import SweepOptions, run_sweep
+    from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 
     if args.trials is not None and args.trials < 1:
         raise PlanError("--trials must be >= 1")
-    from dlperf_tasks.settings import Settings
+    from dlperf_tasks.core.settings import Settings
 
     settings = Settings.load(cluster=args.cluster)
     suite = load_suite(args.suite, extra_dirs=args.catalog_dir or list(settings.catalog_path) or None)
     the_plan = plan(suite, overrides_from_args(args))
     if args.adaptive:
-        from dlperf_tasks.adaptive import AdaptivePolicy, worst_case
+        from dlperf_tasks.policy.adaptive import AdaptivePolicy, worst_case
 
         cells: dict[str, int] = {}
         for pt in the_plan.trials:

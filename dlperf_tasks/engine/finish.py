@@ -13,8 +13,8 @@ from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.outputs import aggregate, cell_rows, collect, result_table
 from dlperf_tasks.engine.rundir import RunDir, now_iso, write_json
 from dlperf_tasks.engine.setup import load_cluster, load_suite
-from dlperf_tasks.model import Trial
-from dlperf_tasks.safeurl import safe_url
+from dlperf_tasks.core.model import Trial
+from dlperf_tasks.core.safeurl import safe_url
 
 log = logging.getLogger("dlperf.engine")
 
@@ -67,7 +67,7 @@ def aggregate_runs(run_set: Mapping[str, Any], collected: Mapping[str, Any], set
 
 def open_store(settings):
     """The configured store (credentials from the environment / connections, never the URL)."""
-    from dlperf_tasks.errors import StoreError
+    from dlperf_tasks.core.errors import StoreError
     from dlperf_tasks.store import Store
 
     try:
@@ -79,7 +79,7 @@ def open_store(settings):
 def publish_run(store, rd: RunDir, settings) -> str:
     """Publish with dlperf_tasks.store (redacted logs, manifest last, index updated). The cluster
     inventory goes with it, so node host names and user names are redacted too."""
-    from dlperf_tasks.errors import StoreError
+    from dlperf_tasks.core.errors import StoreError
 
     try:
         return str(store.publish(rd.path, inventory=None if settings.is_local else _resolved_inventory(settings)))
@@ -91,7 +91,7 @@ def _resolved_inventory(settings):
     """The inventory with its credentials resolved as the trials resolved them (connections
     included), so the pre-publish leak check knows every secret they could print; its path when
     they cannot be resolved here (the inventory file's own secrets are still read)."""
-    from dlperf_tasks.errors import DlperfError
+    from dlperf_tasks.core.errors import DlperfError
 
     try:
         return load_cluster(settings)

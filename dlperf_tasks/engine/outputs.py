@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dlperf_tasks.engine.rundir import RunDir, now_iso
-from dlperf_tasks.model import Trial, TrialResult
+from dlperf_tasks.core.model import Trial, TrialResult
 from dlperf_tasks.report.numbers import num2
 
 
@@ -48,15 +48,15 @@ def aggregate(rd: RunDir, results: list[TrialResult], suite, source: str,
               extra_meta: Mapping[str, Any] | None = None, settings=None) -> dict[str, Any]:
     """Statistics per cell -> result.json (+ every other output); returns the result document.
     ``settings``: the step's settings; their store's index gives each cell's loss history (the
-    "fast but wrong?" check, :mod:`dlperf_tasks.steady`); None = not checked in this step."""
+    "fast but wrong?" check, :mod:`dlperf_tasks.measure.steady`); None = not checked in this step."""
     return write_outputs(rd, results, {**run_meta(rd, source), **(extra_meta or {})}, suite, settings=settings)
 
 
 def write_outputs(rd: RunDir, results: list[TrialResult], meta: dict[str, Any], suite, settings=None) -> dict[str, Any]:
-    from dlperf_tasks.extract import dlperf_model_key
+    from dlperf_tasks.measure.extract import dlperf_model_key
     from dlperf_tasks.report.markdown import render_markdown
     from dlperf_tasks.report.result_json import build_result, write_result
-    from dlperf_tasks.stats import aggregate as cell_stats
+    from dlperf_tasks.measure.stats import aggregate as cell_stats
 
     transports = nccl_transports(rd.path, results)
     meta = {**meta, "env": {**(meta.get("env") or {}), "nccl_transport": transports}}
@@ -124,10 +124,9 @@ def nccl_transports(out: Path, results: list[TrialResult]) -> dict[str, dict[str
 
 
 def _stragglers(out: Path, results: list[TrialResult]):
-    """Multi-node trials: the nodes' step times compared (see dlperf_tasks.stragglers). A failure
+    """Multi-node trials: the nodes' step times compared (see dlperf_tasks.measure.stragglers). A failure
     is reported in the outputs, never raised."""
-    from dlperf_tasks import stragglers
-
+    from dlperf_tasks.measure import stragglers
     try:
         return stragglers.scan(results, out), None
     except Exception as exc:  # noqa: BLE001
@@ -135,8 +134,7 @@ def _stragglers(out: Path, results: list[TrialResult]):
 
 
 def _straggler_section(out: Path, reports, problem: str | None) -> None:
-    from dlperf_tasks import stragglers
-
+    from dlperf_tasks.measure import stragglers
     if problem:
         with open(out / "report.md", "a") as f:
             f.write(f"\n{stragglers.REPORT_HEADING}\n\n{problem}\n")

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
-from dlperf_tasks.model import MetricKind, Trial, TrialResult
+from dlperf_tasks.core.model import MetricKind, Trial, TrialResult
 
 MARK = "dlperf: "
 

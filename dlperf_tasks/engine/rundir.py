@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from dlperf_tasks.errors import DlperfError
-from dlperf_tasks.model import Trial, TrialResult
+from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.core.model import Trial, TrialResult
 
 FACTS_FILE = "node-facts.json"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,60}-\d{8}T\d{6}-[0-9a-f]{6}$")

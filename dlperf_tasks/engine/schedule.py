@@ -1,5 +1,5 @@
 """Engine step 3 for many trials on nodes held up front (``dlperf sweep``): the packing
-scheduler (``dlperf_tasks.scheduler``) picks disjoint free nodes, each trial runs through
+scheduler (``dlperf_tasks.policy.scheduler``) picks disjoint free nodes, each trial runs through
 :func:`dlperf_tasks.engine.trials.run_on_nodes`, retriable failures are retried, nodes that
 go down are dropped, trials that cannot run any more end NOT_RUN naming why."""
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.trials import run_local, run_on_nodes
-from dlperf_tasks.model import Trial, TrialResult, TrialStatus
+from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.remote import nodeclean
-from dlperf_tasks.scheduler import Job, Scheduler
+from dlperf_tasks.policy.scheduler import Job, Scheduler
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Batch:
     poll_s: float = 0.25
     unreachable_grace_s: float = 8.0
     stop: threading.Event = field(default_factory=threading.Event)
-    decisions: object = None  # dlperf_tasks.decisions.SweepDecisions: adaptive trials, quarantine (H8)
+    decisions: object = None  # dlperf_tasks.engine.decisions.SweepDecisions: adaptive trials, quarantine (H8)
 
 
 def run_locally(todo: list[Trial], b: Batch) -> list[TrialResult]:

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now_iso, read_json, write_json
-from dlperf_tasks.errors import DlperfError, RemoteError
+from dlperf_tasks.core.errors import DlperfError, RemoteError
 from dlperf_tasks.remote.local import LOCAL_MAX_PROCS
 from dlperf_tasks.store.redact_facts import NODE_IDENTITY_FILE as IDENTITY_FILE
 
@@ -75,7 +75,7 @@ def plan_runs(group: str, suite_ids: list[str], params: Mapping[str, Any], setti
     """Plan every selected suite (``params["suites"]`` or all of ``suite_ids``) with the params'
     overrides, check they fit the cluster, create the run directories (``run_dirs[suite]`` or
     ``<work_dir>/<run_id>``). A re-run of the same ``group_run_id`` reuses its run ids."""
-    from dlperf_tasks.plan import Overrides, plan
+    from dlperf_tasks.catalog.plan import Overrides, plan
 
     overrides = {k: params[k] for k in OVERRIDE_KEYS if params.get(k) not in (None, [], "")}
     plans = []

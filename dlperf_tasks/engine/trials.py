@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.setup import load_cluster, load_suite
-from dlperf_tasks.model import Trial, TrialResult, TrialStatus
+from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 
 _STOP_EVENTS: dict[str, threading.Event] = {}
 #: lease TTL of a trial's nodes while this process holds them (start, finish, in-process watch)
@@ -136,7 +136,8 @@ def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None
     ``lease_wait_s``: wait this long for the nodes instead of the settings' ``lease_wait_s``;
     ``busy_returns``: return ``{"waiting": reason}`` when none were free by then, recording nothing
     (the caller waits elsewhere, e.g. a deferred task without a worker slot, and calls again)."""
-    from dlperf_tasks.remote.allocation import lease_group, usable_nodes
+    from dlperf_tasks.engine.placement import usable_nodes
+    from dlperf_tasks.remote.allocation import lease_group
     from dlperf_tasks.remote.ssh import SSHPool
 
     cluster = pool.cluster if pool is not None else load_cluster(settings)
@@ -207,7 +208,7 @@ def display_for(item: Mapping[str, Any], log: Callable[[str], None] | None, sett
     runs = [r for r in item.get("planned_runs") or [item["run_id"]] if isinstance(r, str)]
 
     def count(key: str) -> int:
-        from dlperf_tasks.store.staging import trials_done
+        from dlperf_tasks.engine.staging import trials_done
 
         return trials_done(settings, runs, (item["run_id"], key))
 
@@ -222,7 +223,7 @@ def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tr
     ``{"started": state}`` (remote jobs running, nodes leased; :func:`finish_item` ends it), or
     with ``busy_returns`` ``{"waiting": reason}`` when no nodes were free within ``lease_wait_s``
     (nothing recorded; see :func:`start_leased`)."""
-    from dlperf_tasks.dagdecisions import adaptive_skip
+    from dlperf_tasks.engine.dagdecisions import adaptive_skip
     from dlperf_tasks.report.result_json import trial_record
 
     trial = Trial.from_dict(item["trial"])

@@ -14,6 +14,7 @@ import inspect
 import re
 from pathlib import Path
 
+from dlperf_tasks.core.catalog_path import site_dirs
 from dlperf_tasks.frameworks.base import Framework
 
 # name -> "module:Class"; imported lazily so the CLI and DAG parsing stay fast.
@@ -35,9 +36,7 @@ def names() -> list[str]:
     found = set(_MODULES)
     here = Path(__file__).resolve().parent
     try:
-        from dlperf_tasks.catalog.loader import search_dirs
-
-        dirs = [Path(d) / "frameworks" for d in search_dirs()]
+        dirs = [Path(d) / "frameworks" for d in site_dirs()]
     except Exception:  # noqa: BLE001 - a broken catalog path is reported by the catalog itself
         dirs = []
     for d in [here, *dirs]:
@@ -50,9 +49,7 @@ def _module_file(name: str) -> Path | None:
     own = Path(__file__).resolve().parent / f"{name}.py"
     if own.is_file():
         return own
-    from dlperf_tasks.catalog.loader import search_dirs
-
-    for d in search_dirs():
+    for d in site_dirs():
         p = Path(d) / "frameworks" / f"{name}.py"
         if p.is_file():
             return p

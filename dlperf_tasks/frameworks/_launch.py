@@ -7,10 +7,11 @@ value from a suite YAML or the UI always reaches the remote shell as one literal
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Any, Mapping
 
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.frameworks.base import NodeSpec
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -92,3 +93,16 @@ def check_nodes(nodes: list[NodeSpec], node_rank: int, expected: int) -> None:
     for n in nodes:
         if not n.address or any(c.isspace() for c in n.address) or n.address.startswith("-"):
             raise ValueError(f"node {n.name!r} has an invalid address {n.address!r}")
+
+
+#: where a trial container mounts the node's catalog files (``<workdir>/catalog/``, see
+#: :mod:`dlperf_tasks.catalog.nodefiles`)
+CONTAINER_DIR = "/dlperf/catalog"
+
+
+def container_path(relpath: str, settings=None) -> str:
+    """Path of a node file as the training command sees it: inside the trial container
+    (:data:`CONTAINER_DIR`), or, when the launcher settings carry ``node_files_dir`` (host runtime:
+    the engine passes ``node_files_dir(node.workdir)``), in that directory."""
+    base = (settings or {}).get("node_files_dir") or CONTAINER_DIR
+    return posixpath.join(str(base), relpath)

@@ -6,7 +6,7 @@
 * :func:`read_log` streams a file from disk the same way (constant memory).
 * :func:`strip_tag` removes OpenMPI's ``--tag-output`` prefix ``[1,N]<stderr>:`` and
   returns the rank N.
-* :class:`FactCollector` records the sanity facts (:class:`~dlperf_tasks.model.LogFacts`):
+* :class:`FactCollector` records the sanity facts (:class:`~dlperf_tasks.core.model.LogFacts`):
   crash markers, parse errors, line count, iterations and ranks seen.
 * :func:`parse_float` reads a number and rejects NaN/inf/garbage with a clear message.
 """
@@ -18,7 +18,7 @@ import re
 from operator import add
 from typing import Iterable, Iterator
 
-from dlperf_tasks.model import LogFacts, as_samples
+from dlperf_tasks.core.model import LogFacts, as_samples
 
 #: longest line kept (longer ones are cut; real training lines are < 4 KiB,
 #: the MXNet ``Namespace(...)`` line is ~20 KiB)

@@ -9,7 +9,7 @@ Config line). A log that does not say is not judged on it.
 
 from __future__ import annotations
 
-from dlperf_tasks.model import Cell
+from dlperf_tasks.core.model import Cell
 
 #: NumPy dtype names MXNet's cast takes, and tensorflow/models' --dtype enum -> the precision trained
 NUMPY_FLOATS = {"float16": "amp", "half": "amp", "float32": "fp32", "single": "fp32", "float64": "fp64",

@@ -2,8 +2,8 @@
 
 ``Framework.stream()`` returns a :class:`LogStream`; ``feed(chunk)`` takes any piece of a log
 (``str`` or ``bytes``, a line may span pieces), ``max_iteration`` is the largest iteration seen
-so far, ``facts()`` a snapshot of the :class:`~dlperf_tasks.model.LogFacts`, ``result()`` the
-final :class:`~dlperf_tasks.model.ParsedLog`. The watchdog feeds only the new bytes of each
+so far, ``facts()`` a snapshot of the :class:`~dlperf_tasks.core.model.LogFacts`, ``result()`` the
+final :class:`~dlperf_tasks.core.model.ParsedLog`. The watchdog feeds only the new bytes of each
 poll; ``dlperf extract`` feeds 1 MiB blocks of a file.
 
 Why blocks: a per-line Python loop costs 10-20 us a line. Here the complete lines of each
@@ -26,7 +26,7 @@ import re
 from typing import Iterable
 
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, FactCollector, strip_tag
-from dlperf_tasks.model import LogFacts, ParsedLog, Sample, Samples
+from dlperf_tasks.core.model import LogFacts, ParsedLog, Sample, Samples
 
 
 

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from dlperf_tasks.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
+from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._lines import parse_float, round2
 from dlperf_tasks.frameworks._stream import LogStream, as_int
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
-from dlperf_tasks.model import Cell, MetricKind, ParsedLog, Sample, Trial, TrialMetric, Window
+from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Sample, Trial, TrialMetric, Window
 
 _ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _ELAPSED = re.compile(r"elapsed time per iteration \(ms\)\s*:\s*([^\s|]+)\s*\|")  # the "|" proves the value is whole

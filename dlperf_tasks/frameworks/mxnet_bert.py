@@ -46,8 +46,8 @@ from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2, strip_tag
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
-from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
-from dlperf_tasks.samples import LazyFloats
+from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
+from dlperf_tasks.core.samples import LazyFloats
 
 _STEP = re.compile(r"\[step (\d+)\]")
 _LATENCY = re.compile(r"latency=\s*(\S+?)\s*ms/(?:batch|step)")

@@ -45,7 +45,7 @@ from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.frameworks.mxnet_bert import build_mpirun
-from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
+from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 
 _RANK = re.compile(r"Epoch\[\d+\] Rank\[(\d+)\] Batch\[")
 

@@ -23,7 +23,7 @@ import posixpath
 from typing import Mapping
 
 from dlperf_tasks.frameworks._precision import NUMPY_FLOATS, TF_DTYPES
-from dlperf_tasks.model import Cell
+from dlperf_tasks.core.model import Cell
 
 #: the script each framework's launch runs (its flags follow it in the command)
 SCRIPTS = {"mxnet_bert": "run_pretraining.py", "mxnet_resnet50": "train_horovod.py", "pytorch_bert": "run_pretraining.py",

@@ -43,14 +43,14 @@ import operator
 import re
 from typing import Mapping
 
-from dlperf_tasks.catalog.nodefiles import container_path
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.frameworks._launch import container_path
+from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import clock_seconds, round2, step_window, window_problems
 from dlperf_tasks.frameworks._stream import LogStream, as_float, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
-from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
+from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 
 #: DLPerf skips steps 1..SKIP_STEPS
 SKIP_STEPS = 5

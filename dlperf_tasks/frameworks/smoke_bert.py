@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
-from dlperf_tasks.model import Cell, LogFacts, MetricKind, ParsedLog, Sample, Trial, TrialMetric, Window
+from dlperf_tasks.core.model import Cell, LogFacts, MetricKind, ParsedLog, Sample, Trial, TrialMetric, Window
 
 SCRIPT = str(Path(__file__).resolve().parent.parent / "smoke" / "train_bert.py")
 

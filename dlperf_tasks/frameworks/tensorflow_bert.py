@@ -28,13 +28,13 @@ import math
 import re
 from typing import Mapping
 
-from dlperf_tasks.catalog.nodefiles import container_path
+from dlperf_tasks.frameworks._launch import container_path
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import clock_seconds, round2, step_window, strip_tag, window_problems
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
-from dlperf_tasks.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
+from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 
 _ABSL = re.compile(r"^[IWEF](\d{2})(\d{2}) (\d{1,2}):(\d{1,2}):(\d{1,2})\.(\d{1,6})\b")
 _CLOCK = re.compile(r"(\d{1,2}):(\d{1,2}):(\d{1,2})\.(\d{1,6})")

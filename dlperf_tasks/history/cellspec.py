@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from dlperf_tasks.errors import DlperfError
+from dlperf_tasks.core.errors import DlperfError
 
 _TOPO = re.compile(r"^(?P<n>[1-9]\d*)n(?P<g>[1-9]\d*)g$")
 _BZ = re.compile(r"^bz(?P<b>\d+)$")

@@ -18,7 +18,7 @@ import json
 import logging
 from typing import Any
 
-from dlperf_tasks.errors import DlperfError, StoreError
+from dlperf_tasks.core.errors import DlperfError, StoreError
 from dlperf_tasks.history.notify import NotifyError, notify
 from dlperf_tasks.history.regress import RegressConfig, RegressionReport, detect
 from dlperf_tasks.history.runs import RunView

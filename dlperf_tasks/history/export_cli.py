@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Callable
 
-from dlperf_tasks.errors import DlperfError
+from dlperf_tasks.core.errors import DlperfError
 
 
 def export_runs(args, fmt: str, store, say: Callable[[str], None]) -> int:

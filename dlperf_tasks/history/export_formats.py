@@ -185,7 +185,7 @@ def to_bencher(result: Mapping[str, Any]) -> str:
 
 def render(results: list[Mapping[str, Any]], fmt: str, timestamps: bool = True) -> str:
     """``results`` (result JSON documents) in ``fmt`` (one of :data:`FORMATS`)."""
-    from dlperf_tasks.errors import DlperfError
+    from dlperf_tasks.core.errors import DlperfError
 
     if fmt == "openmetrics":
         return to_openmetrics(results, timestamps=timestamps)

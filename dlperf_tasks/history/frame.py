@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from dlperf_tasks.errors import DlperfError
+from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.history.runs import RunView, sort_runs
 
 

@@ -1,11 +1,11 @@
 """Loss sanity in the regression check: is a cell's final loss inside the band of its history?
 
-Pure logic (no I/O). One definition with the outputs step (:mod:`dlperf_tasks.steady`, "Loss
+Pure logic (no I/O). One definition with the outputs step (:mod:`dlperf_tasks.measure.steady`, "Loss
 sanity"): the run's figure per cell is the median of its valid trials' final losses (the result's
 ``final_losses``, else each valid trial's ``metric.details.final_loss``); the history is the same
 figure of the same cell in the last 20 earlier runs of the suite index that trained as many
 iterations (the same ``run.window``; not failed, the run itself and later runs excluded:
-:func:`dlperf_tasks.steady.history_rows`); the band is median +- max(4 x 1.4826 x MAD, 5% of the
+:func:`dlperf_tasks.measure.steady.history_rows`); the band is median +- max(4 x 1.4826 x MAD, 5% of the
 median), with at least 3 earlier runs. Outside it, a verdict of kind ``loss`` and status ``fast but wrong?`` is a
 finding of the regression report; a cell with too little history gets status
 ``insufficient_history`` and a note saying there is no history (never a finding).
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from dlperf_tasks import steady
+from dlperf_tasks.measure import steady
 from dlperf_tasks.history.regress import INSUFFICIENT, OK, Verdict
 from dlperf_tasks.history.runs import RunView, env_diff, flat_env
 

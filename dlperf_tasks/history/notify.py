@@ -30,7 +30,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Mapping
 
-from dlperf_tasks.errors import DlperfError
+from dlperf_tasks.core.errors import DlperfError
 
 ENV = "DLPERF_NOTIFY_URL"
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*([.:][A-Za-z_][A-Za-z0-9_]*)$")

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-# A cell whose trials spread more than this (stdev / mean) is flagged noisy: its median is not
-# worth comparing until the cause (thermal, a shared node, a straggler) is found.
-NOISY_CV = 0.05
+from dlperf_tasks.report.flags import NOISY_CV
 
 
 def ls_rows(summaries: Iterable[Mapping[str, Any]], framework: str | None = None, model: str | None = None,

@@ -1,6 +1,6 @@
 """Open the configured results store and read history from it (through the store's index).
 
-The store is chosen by :class:`dlperf_tasks.settings.Settings` (one setting): the ``url``
+The store is chosen by :class:`dlperf_tasks.core.settings.Settings` (one setting): the ``url``
 argument (CLI ``--store``), else ``$DLPERF_STORE_URL``, else the scheduler's ``store_url``, else
 the one default (``file://<checkout>/.run/store``, where ``make run`` publishes). Accepted URLs are the store's:
 ``s3://bucket/prefix?endpoint=...``, ``oss://...``, ``file:///dir`` or a plain directory path.
@@ -18,7 +18,7 @@ ENV = "DLPERF_STORE_URL"
 
 def store_settings(url: str | None = None, settings=None):
     """The settings whose store is ``url`` (``--store``), else the configured one."""
-    from dlperf_tasks.settings import Settings
+    from dlperf_tasks.core.settings import Settings
 
     return (settings or Settings.load()).with_store(url)
 
@@ -38,7 +38,7 @@ def history_views(store: Any, suite: str, since: str | None = None) -> list[RunV
 def resolve_run(store: Any, spec: str, suite: str | None = None) -> str:
     """A full run id from ``spec``: the id itself, ``latest`` (newest run, of ``suite`` if
     given) or a unique prefix of a run id. Raises DlperfError naming the candidates."""
-    from dlperf_tasks.errors import DlperfError
+    from dlperf_tasks.core.errors import DlperfError
 
     spec = spec or ""
     if any(c.isspace() or ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in spec):
@@ -46,7 +46,7 @@ def resolve_run(store: Any, spec: str, suite: str | None = None) -> str:
                           f"trailing newline); give it exactly")
     locate = getattr(store, "locate", None)
     if spec and spec != "latest" and locate is not None and "/" not in spec:
-        from dlperf_tasks.errors import DlperfError as _Err
+        from dlperf_tasks.core.errors import DlperfError as _Err
 
         try:  # an exact id: one read of its pointer object, no index (which may be huge or missing)
             locate(spec, suite=suite)

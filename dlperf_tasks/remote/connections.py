@@ -19,29 +19,12 @@ Connection dict (the SSH provider's field names)::
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Callable, Mapping
 
-from dlperf_tasks import resolved_secrets
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core import resolved_secrets
+from dlperf_tasks.core.connection import connection_extra
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.remote.inventory import Cluster, Node
-
-
-def connection_extra(conn: Mapping[str, Any], conn_id: str | None = None,
-                     error: type[Exception] = RemoteError) -> dict[str, Any]:
-    """A connection's ``extra`` as a new dict: the mapping itself or its JSON text (empty: {}).
-    The one reader of ``extra`` (SSH nodes, inventories from connections, the S3 store); raises
-    the caller's ``error`` class naming the connection, never echoing the (secret) text."""
-    conn_id = conn_id or conn.get("conn_id") or "?"
-    raw = conn.get("extra") or {}
-    if isinstance(raw, (str, bytes)):
-        try:
-            raw = json.loads(raw or "{}")
-        except ValueError:
-            raise error(f"connection {conn_id}: extra is not valid JSON") from None
-    if not isinstance(raw, Mapping):
-        raise error(f"connection {conn_id}: extra must be a JSON object (a mapping), not {type(raw).__name__}")
-    return dict(raw)
 
 
 def ssh_secrets(conn: Mapping[str, Any], conn_id: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from dlperf_tasks.catalog.model import ContainerSpec
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.remote.inventory import Node
 
 LABEL_RUN = "dlperf.run"

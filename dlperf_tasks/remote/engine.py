@@ -23,7 +23,7 @@ from docker.errors import APIError, DockerException, ImageNotFound
 from docker.transport.basehttpadapter import BaseHTTPAdapter
 from docker.transport.sshconn import SSHConnectionPool
 
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError
 
 #: the base URL the SDK builds request URLs from; never resolved (the adapter answers every ``http://``)
 _BASE_URL = "http://dlperf-node-engine:2375"

@@ -13,7 +13,7 @@ import shlex
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable
 
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.remote.runtime import DockerRuntime, HostRuntime, NodeFacts
 from dlperf_tasks.remote.ssh import SSHPool
 

@@ -44,8 +44,9 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from dlperf_tasks import resolved_secrets
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.connection import connection_extra
+from dlperf_tasks.core import resolved_secrets
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.frameworks.base import NodeSpec
 
 _NODE_KEYS = {
@@ -352,7 +353,6 @@ class Cluster:
         The node name is ``extra.name`` or the connection id."""
         nodes = []
         for c in conns:
-            from dlperf_tasks.remote.connections import connection_extra  # (it imports this module)
 
             extra = connection_extra(c)
             resolved_secrets.remember_connection({"password": c.get("password"), "extra": extra})

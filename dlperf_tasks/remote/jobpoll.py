@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.remote.jobs import JobPaths, RemoteJob, exit_code, is_alive, kill_job, read_log, remove_job_dir
 
 STARTUP_S = 10.0  # a job younger than this may not have written its pid file yet

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.remote.ssh import SSHPool
 
 JOB_SCRIPT = r"""

@@ -5,7 +5,7 @@ each "node" of the topology as a process group (``setsid``) on this machine, sta
 the framework's argv list without a shell; its output goes to the node's log file in the
 run's log tree. A watchdog stops the whole trial on the wall-clock limit, when no node's
 log grows for ``hang_timeout_s``, or when a node exits non-zero. The logs then go through
-the same gate as every other runtime (:func:`dlperf_tasks.extract.gate_run_logs`).
+the same gate as every other runtime (:func:`dlperf_tasks.measure.extract.gate_run_logs`).
 :func:`stop` kills every process group a trial started (a cancelled task calls it).
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from dlperf_tasks.frameworks.base import Framework, NodeSpec
-from dlperf_tasks.model import Trial, TrialResult, TrialStatus
+from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 
 LOCAL_MAX_PROCS = 8  # "GPUs" per node on the local cluster = worker processes on this machine
 _RUNNING: dict[str, list[subprocess.Popen]] = {}
@@ -93,7 +93,7 @@ def run_trial(trial: Trial, framework: Framework, launcher: Mapping, run_dir: st
     """Run ``trial`` as local processes, write its logs under ``run_dir``, gate it.
     ``progress(iteration)`` is called every few seconds with the iterations seen so far;
     ``plausible_max_per_gpu`` is the suite's plausibility bound (None: the framework's default)."""
-    from dlperf_tasks.extract import gate_run_logs
+    from dlperf_tasks.measure.extract import gate_run_logs
 
     run_dir = Path(run_dir)
     started = time.time()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.remote.allocation import release_run
 from dlperf_tasks.remote.runtime import (LEFTOVER_REGISTRY_CONFIG_CLEANUP, TRIAL_ENV, list_containers_command,
                                          safe_name)

@@ -28,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping
 
 from dlperf_tasks.catalog.model import ContainerSpec
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.frameworks.base import LaunchSpec
-from dlperf_tasks.model import Trial
+from dlperf_tasks.core.model import Trial
 # the builders are re-exported here: callers and tests use ``runtime.<builder>``
 from dlperf_tasks.remote.dockercmd import (CONTAINER_LOG_DIR, LABEL_NODE, LABEL_RUN, LABEL_TRIAL,  # noqa: F401
                                            LEFTOVER_REGISTRY_CONFIG_CLEANUP, TRIAL_ENV,

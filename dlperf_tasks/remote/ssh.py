@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import paramiko
 
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.remote.inventory import Cluster, Node
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ kills every job's process group, copies every node's log to ``out_dir`` at
 ``Framework.log_relpath(trial, node_rank)`` (the seeds' layout; read in bounded chunks and
 parsed incrementally), removes the trial's containers on EVERY node and checks that the nodes
 are idle again (no labelled container, no process carrying the trial's ``DLPERF_TRIAL``). The logs
-are then parsed and gated by :func:`dlperf_tasks.extract.gate_run_logs` (``OK`` or ``INVALID_LOG``).
+are then parsed and gated by :func:`dlperf_tasks.measure.extract.gate_run_logs` (``OK`` or ``INVALID_LOG``).
 :func:`abort_trial` is the cleanup of a trial nobody will finish (a deferred task killed).
 """
 
@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from dlperf_tasks import frameworks
-from dlperf_tasks.errors import DlperfError, RemoteError
+from dlperf_tasks.core.errors import DlperfError, RemoteError
 from dlperf_tasks.frameworks.preflight import LaunchGuardError
-from dlperf_tasks.model import Trial, TrialResult, TrialStatus
+from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.remote import jobpoll
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.runtime import DockerRuntime, HostRuntime, NodeFacts, make_runtime, safe_name
@@ -169,7 +169,7 @@ class _TrialRun:
         collect(self.pool, self.runs, self.notes)
 
     def gate(self, status: TrialStatus | None, reason: str, started: float) -> TrialResult:
-        from dlperf_tasks.extract import gate_run_logs
+        from dlperf_tasks.measure.extract import gate_run_logs
 
         launch_failed = [nr for nr in self.runs if nr.exit_code in LAUNCH_EXIT_CODES or nr.exit_code == VANISHED]
         if launch_failed and status in (None, TrialStatus.NONZERO_EXIT) and self.max_iteration() == 0:

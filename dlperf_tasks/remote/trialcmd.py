@@ -14,7 +14,7 @@ from dlperf_tasks import frameworks
 from dlperf_tasks.catalog import patches
 from dlperf_tasks.catalog.nodefiles import node_files_dir
 from dlperf_tasks.frameworks.base import LaunchSpec
-from dlperf_tasks.model import Trial
+from dlperf_tasks.core.model import Trial
 from dlperf_tasks.remote.runtime import DockerRuntime, HostRuntime, NodeFacts, safe_name
 
 

@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
-from dlperf_tasks.errors import DlperfError, RemoteError
-from dlperf_tasks.model import Trial
+from dlperf_tasks.core.errors import DlperfError, RemoteError
+from dlperf_tasks.core.model import Trial
 from dlperf_tasks.remote import jobs
 from dlperf_tasks.remote.runtime import DockerRuntime, HostRuntime
 from dlperf_tasks.remote.ssh import SSHPool

@@ -1,14 +1,16 @@
 """Flags a reader must see beside a cell's numbers (issue 26.1): a noisy cell (CV of its valid
-trials above the bound, :data:`dlperf_tasks.history.rows.NOISY_CV`), a superlinear speedup
+trials above the bound, :data:`NOISY_CV`), a superlinear speedup
 (more than the cell's GPU count) or a scaling efficiency above 1, and an unsteady measurement
-window (speed still trending in some trials, dlperf_tasks/steady.py). Used by ``make run``'s
+window (speed still trending in some trials, dlperf_tasks/measure/steady.py). Used by ``make run``'s
 table (engine/outputs.py) and report.md (report/markdown.py)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from dlperf_tasks.history.rows import NOISY_CV
+# A cell whose trials spread more than this (stdev / mean) is flagged noisy: its median is not
+# worth comparing until the cause (thermal, a shared node, a straggler) is found.
+NOISY_CV = 0.05
 
 
 def cell_flags(c: Mapping[str, Any], cv_bound: float = NOISY_CV) -> list[str]:

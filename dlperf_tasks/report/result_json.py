@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 
-from dlperf_tasks.errors import DlperfError
-from dlperf_tasks.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
-from dlperf_tasks.stats import CellStats, dlperf_dict, dlperf_round
+from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.core.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
+from dlperf_tasks.measure.extract import dlperf_model_key
+from dlperf_tasks.measure.stats import CellStats, dlperf_dict, dlperf_round
 
 SCHEMA_VERSION = 1
 
@@ -325,3 +326,12 @@ def load_result(path: str | os.PathLike) -> dict[str, Any]:
         raise ResultFormatError(f"{path}: not valid JSON: {exc}") from None
     validate(doc, where=str(path))
     return doc
+
+
+def extract_result(res, run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The result JSON document of an :class:`dlperf_tasks.measure.extract.ExtractResult`
+    (``run``: extra run metadata)."""
+    refs = res.sample_refs
+    samples_of = None if res.samples_kept else (lambda t: refs.get(id(t), []))
+    return build_result(res.cells, res.run_metadata(**dict(run or {})), dlperf_model=dlperf_model_key(res.suite),
+                        samples_of=samples_of)

@@ -1,6 +1,6 @@
 """Object storage: publish runs (redacted, manifest last) and read them back.
 
-Quick reference (everything raises :class:`dlperf_tasks.errors.StoreError` with the
+Quick reference (everything raises :class:`dlperf_tasks.core.errors.StoreError` with the
 endpoint/bucket/key in the message)::
 
     from dlperf_tasks.store import Store
@@ -44,7 +44,7 @@ dict passed in by the scheduler layer; never from URLs or code. Key names: store
 Redaction: store/redact.py. This package imports no Airflow.
 """
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.layout import Layout, validate_run_id
 from dlperf_tasks.store.publish import PublishResult, RetryPolicy
 from dlperf_tasks.store.redact import Redactor, check_redacted, find_leaks

@@ -3,7 +3,7 @@
 Both backends offer the same small interface (:class:`Backend`): ``put_file``/``put_bytes``
 (with ``sha256`` metadata and optional conditional writes), ``head``, ``get_bytes``, ``open``,
 ``list_keys``, ``check`` (bucket exists, credentials accepted). Every failure becomes a
-:class:`~dlperf_tasks.errors.StoreError` that names the endpoint, bucket and key.
+:class:`~dlperf_tasks.core.errors.StoreError` that names the endpoint, bucket and key.
 
 S3 settings (``S3Settings``): ``endpoint_url`` (empty = AWS), ``region``, ``bucket``,
 ``prefix``, ``addressing_style`` (``path`` for SeaweedFS/MinIO, ``virtual`` for Aliyun OSS,
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.limits import read_bounded
 
 CHUNK = 1 << 20

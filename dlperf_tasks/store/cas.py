@@ -14,7 +14,7 @@ import random
 import time
 from typing import Any, Callable, TypeVar
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.backends import Backend, NotSupported, PreconditionFailed
 
 Doc = TypeVar("Doc")

@@ -24,7 +24,7 @@ import stat
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.limits import Progress, pieces
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Mapping
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.backends import Backend, NotFound
 from dlperf_tasks.store.cas import update_document
 from dlperf_tasks.store.index_stream import iter_index_runs

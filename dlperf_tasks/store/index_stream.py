@@ -26,7 +26,7 @@ from typing import Iterable, Iterator
 
 import ijson
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 
 MAX_ENTRY = 8 << 20  # characters of one run summary
 CHUNK = 64 << 10  # bytes ijson is handed at a time

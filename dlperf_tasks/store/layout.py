@@ -32,7 +32,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 
 MANIFEST = "manifest.json"
 RESULT = "result.json"

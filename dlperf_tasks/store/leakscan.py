@@ -6,7 +6,7 @@ character-class tests for MACs and GUIDs, key/value and flag inspection for cred
 plus two exact lists: the *known* names and addresses of the nodes (node facts, inventory,
 matched per token and per dot-prefix, any case) and *planted* secrets (the store's secret key,
 registry and SSH passwords from the publishing process' environment, and every secret the
-process resolved from connections and the inventory, :mod:`dlperf_tasks.resolved_secrets`;
+process resolved from connections and the inventory, :mod:`dlperf_tasks.core.resolved_secrets`;
 matched as substrings and never echoed). Placeholders (``<ip-3>``, ``_host-1_``) are clean by definition.
 
     scanner = LeakScanner(known=["dgx-a100-017", "0c:42:a1:11:22:33"], planted=[secret])
@@ -27,7 +27,7 @@ import os
 import tarfile
 from typing import IO, Iterable
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _SEPARATORS = " \t\r\n\"'`,;()[]{}<>=|"
@@ -355,8 +355,7 @@ def _secret_like(value: str) -> bool:
 
 def scan_spool(spool, known: Iterable[str] = (), planted: Iterable[str] = ()) -> None:
     """Scan every object of a :class:`~dlperf_tasks.store.spool.Spool` (tarball members too)."""
-    from dlperf_tasks import resolved_secrets
-
+    from dlperf_tasks.core import resolved_secrets
     scanner = LeakScanner(known, list(planted) + planted_from_environment() + resolved_secrets.values())
     listed = {e["path"]: e["sha256"] for e in spool.manifest["objects"]}
     for e in spool.manifest["objects"]:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Callable
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 
 MiB = 1 << 20
 PIECE = MiB  # one read asks for at most this much

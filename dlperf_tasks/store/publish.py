@@ -7,7 +7,7 @@ complete. Each object is retried with bounded exponential backoff, verified afte
 (HEAD: size + sha256 metadata; the local backend re-hashes the file), and skipped when the
 store already holds it with the same checksum, so re-publishing is idempotent.
 
-A failure raises :class:`~dlperf_tasks.errors.StoreError` naming the endpoint, bucket and
+A failure raises :class:`~dlperf_tasks.core.errors.StoreError` naming the endpoint, bucket and
 key, and leaves the spool; ``dlperf publish --resume RUN_DIR`` (``publish_run(...,
 resume=True)``) uploads that same spool later, producing identical objects.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import Backend, PreconditionFailed
 from dlperf_tasks.store.index import run_summary, update_index

@@ -34,7 +34,7 @@ import ipaddress
 import re
 from typing import IO, Any, Iterable, Mapping
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store import redact_rules as R
 from dlperf_tasks.store.redact_facts import (  # noqa: F401 - re-exported
     NODE_FACTS_FILE, NODE_IDENTITY_FILE, Secrets, _uniq, controller_identity, identity_terms, read_node_identities,

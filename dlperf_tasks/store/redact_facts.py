@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 
 NODE_FACTS_FILE = "node-facts.json"  # per run dir; ``{node: {..., "identity": node_identity(...)}}``
 NODE_IDENTITY_FILE = "node-identity.json"  # per run dir; ``{node: node_identity(...)}`` (either works)
@@ -39,6 +39,9 @@ class Secrets:
         return [("host", h) for h in self.hosts] + [("node", n) for n in self.names] + \
                [("user", u) for u in self.users]
 
+#: an inventory file larger than this is not an inventory
+_MAX_INVENTORY_BYTES = 16 << 20
+
 
 def secrets_from_inventory(inventory: Any, names: bool = True) -> Secrets:
     """Hosts, node names and users of a cluster inventory: a ``remote.inventory.Cluster``,
@@ -46,12 +49,7 @@ def secrets_from_inventory(inventory: Any, names: bool = True) -> Secrets:
     if inventory is None:
         return Secrets()
     if isinstance(inventory, (str, bytes)) or hasattr(inventory, "__fspath__"):
-        from dlperf_tasks.remote.inventory import Cluster
-
-        try:
-            inventory = Cluster.from_yaml(inventory)
-        except Exception as exc:
-            raise StoreError(f"redaction: cannot load inventory {inventory}: {exc}") from None
+        inventory = _inventory_doc(inventory)
     _remember_inventory_secrets(inventory)
     hosts: list[str] = []
     node_names: list[str] = []
@@ -86,8 +84,7 @@ def _remember_inventory_secrets(inventory: Any) -> None:
     ``*_env`` variables name, the registry password) with the leak check's registry."""
     import os
 
-    from dlperf_tasks import resolved_secrets
-
+    from dlperf_tasks.core import resolved_secrets
     if isinstance(inventory, Mapping):
         raw = inventory.get("nodes") or []
         nodes = [dict(v or {}) for v in raw.values()] if isinstance(raw, Mapping) else list(raw)
@@ -147,3 +144,21 @@ def identity_terms(ident: Mapping[str, Any]) -> tuple[list[str], list[str], list
     users = [str(u) for u in ident.get("users") or ()]
     extra = [str(m) for m in (ident.get("macs") or ())] + [str(g) for g in (ident.get("ib_guids") or ())]
     return hosts, addrs, users, extra
+
+
+def _inventory_doc(path) -> Mapping[str, Any]:
+    """An inventory YAML file in its dict form (the store reads only names, hosts and users;
+    loading and checking inventories is the remote layer's)."""
+    import yaml
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(_MAX_INVENTORY_BYTES + 1)
+        if len(data) > _MAX_INVENTORY_BYTES:
+            raise StoreError(f"redaction: inventory {path} is larger than {_MAX_INVENTORY_BYTES >> 20} MiB")
+        doc = yaml.safe_load(data)
+    except (OSError, yaml.YAMLError) as exc:
+        raise StoreError(f"redaction: cannot load inventory {path}: {exc}") from None
+    if not isinstance(doc, Mapping):
+        raise StoreError(f"redaction: cannot load inventory {path}: not a mapping of nodes")
+    return doc

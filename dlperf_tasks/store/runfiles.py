@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 
 LOCK_NAME = ".dlperf-publish.lock"
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)

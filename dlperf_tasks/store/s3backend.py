@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.connection import connection_extra
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.backends import (CHUNK, Backend, NotFound,
                                          NotSupported, ObjectInfo, PreconditionFailed, sha256_bytes)
 from dlperf_tasks.store.limits import Limits, read_bounded
@@ -51,8 +52,8 @@ class S3Settings:
 
 def _endpoint_has_credentials(url: str) -> bool:
     """``https://KEY:SECRET@host``, ``https://user@host`` or ``?secret_key=...`` in an endpoint
-    (the one rule of :func:`dlperf_tasks.safeurl.credential_problem`)."""
-    from dlperf_tasks.safeurl import credential_problem
+    (the one rule of :func:`dlperf_tasks.core.safeurl.credential_problem`)."""
+    from dlperf_tasks.core.safeurl import credential_problem
 
     problem = credential_problem(url)
     return problem is not None and "credential" in problem
@@ -293,8 +294,6 @@ def settings_from_connection(conn: Mapping[str, Any]) -> dict[str, Any]:
     """An Airflow AWS connection as a plain dict (``login``, ``password``, ``extra`` with
     ``endpoint_url``, ``region_name``, ``addressing_style`` / ``s3: {addressing_style}``,
     optionally ``bucket``/``prefix``) -> store settings keys. No Airflow import."""
-    from dlperf_tasks.remote.connections import connection_extra
-
     extra = connection_extra(conn, error=StoreError)
     out: dict[str, Any] = {}
     login = conn.get("login") or extra.get("aws_access_key_id")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import NotFound
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import sha256_file
 from dlperf_tasks.store.leakscan import scan_spool

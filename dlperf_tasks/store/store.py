@@ -10,9 +10,9 @@ import urllib.parse
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
-from dlperf_tasks import resolved_secrets
-from dlperf_tasks.errors import StoreError
-from dlperf_tasks.safeurl import refusal, safe_url
+from dlperf_tasks.core import resolved_secrets
+from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core.safeurl import refusal, safe_url
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import Backend, LocalBackend, NotFound, sha256_bytes
 from dlperf_tasks.store.s3backend import S3Backend, s3_settings, settings_from_connection
@@ -28,8 +28,8 @@ _S3_QUERY_KEYS = {"endpoint", "endpoint_url", "region", "addressing_style", "con
 
 
 def default_store_url() -> str:
-    """The configured store (dlperf_tasks.settings: ``$DLPERF_STORE_URL``, else the one default)."""
-    from dlperf_tasks.settings import Settings
+    """The configured store (dlperf_tasks.core.settings: ``$DLPERF_STORE_URL``, else the one default)."""
+    from dlperf_tasks.core.settings import Settings
 
     return Settings.load().store_url
 

@@ -5,7 +5,7 @@ to the result document, a Markdown section for report.md and a per-trial plot.
 * :func:`attach` adds to ``result``: ``trial["telemetry"]`` per trial, and per cell
   ``gpu_memory_mib`` (peak nvidia-smi memory over the cell's valid trials: seed 001's memory table,
   and for latency cells beside the log's allocator figure ``memory_mib``: seed 002), ``telemetry_labels``,
-  ``steady_state`` (see :mod:`dlperf_tasks.steady`) and ``loss_check``.
+  ``steady_state`` (see :mod:`dlperf_tasks.measure.steady`) and ``loss_check``.
 * :func:`markdown_section` renders ``## GPU telemetry`` (tables + every marked trial with its reason).
 * :func:`plot_trial` draws memory and SM clock over time with the measured window shaded.
 """
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from dlperf_tasks import steady
+from dlperf_tasks.measure import steady
 from dlperf_tasks.telemetry import gpu as g
 from dlperf_tasks.telemetry.sampler import load_raw
 from dlperf_tasks.telemetry.summary import Policy, measured_window, summarise_trial
@@ -48,7 +48,7 @@ def summarise_run_trial(run_dir: str | Path, res, policy: Policy | None = None,
 
 def apply_policy(res, summary: Mapping[str, Any] | None) -> None:
     """A trial whose telemetry says invalid (policy) becomes INVALID_LOG with the reason."""
-    from dlperf_tasks.model import TrialStatus
+    from dlperf_tasks.core.model import TrialStatus
 
     if summary and summary.get("invalid_reason") and res.status == TrialStatus.OK:
         res.status = TrialStatus.INVALID_LOG

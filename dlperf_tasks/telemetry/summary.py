@@ -69,7 +69,7 @@ def measured_window(samples: Iterable, warmup: int) -> tuple[float, float] | Non
     samples = list(samples)
     ts = [s.timestamp for s in samples if s.timestamp is not None and s.iteration > warmup]
     if len(ts) < 2:  # a reloaded trial record keeps no time stamps; timestamp-rule values are epochs
-        from dlperf_tasks.steady import looks_like_epoch
+        from dlperf_tasks.measure.steady import looks_like_epoch
 
         rows = sorted((s for s in samples if s.iteration > warmup), key=lambda s: s.iteration)
         ts = [s.value for s in rows] if looks_like_epoch(rows) else []

@@ -94,7 +94,7 @@ def leftovers(sim, run_id: str, trial_keys=()) -> list[str]:
 
 
 def run_leftovers(sim, res) -> list[str]:
-    """:func:`leftovers` of a finished :class:`dlperf_tasks.sweep.SweepResult`."""
+    """:func:`leftovers` of a finished :class:`dlperf_tasks.engine.sweep.SweepResult`."""
     return leftovers(sim, res.result["run"]["run_id"], sorted({r.trial.key for r in res.all}))
 
 

@@ -17,7 +17,7 @@ import yaml
 
 from dlperf_tasks.catalog.loader import BUILTIN_DIR, list_suites, load_suite
 from dlperf_tasks.cli import main
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -34,8 +34,8 @@ import yaml
 
 from dlperf_tasks.catalog.loader import BUILTIN_DIR, load_suite
 from dlperf_tasks.cli import main
-from dlperf_tasks.errors import RemoteError, StoreError
-from dlperf_tasks.plan import plan
+from dlperf_tasks.core.errors import RemoteError, StoreError
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.remote import jobs
 from dlperf_tasks.remote.inventory import Cluster, Node
 from dlperf_tasks.remote.runtime import NodeFacts, make_runtime, safe_name
@@ -196,7 +196,7 @@ def test_run_trial_over_ssh_passes_hostile_values_literally(tmp_path, sshd_nodes
     """The real trial runner over real sshd: hostile run id, node names, node workdir, launcher
     args/env/workdir. The trial ends INVALID_LOG (the stub prints no iterations), nothing ran
     that was not asked for, and nothing is left running."""
-    from dlperf_tasks.model import TrialStatus
+    from dlperf_tasks.core.model import TrialStatus
     from dlperf_tasks.remote.runtime import HostRuntime
     from dlperf_tasks.remote.ssh import SSHPool
     from dlperf_tasks.remote.trial import run_trial
@@ -317,7 +317,7 @@ def test_image_override_that_docker_would_read_as_an_option_is_refused(image):
     """An image override (``dlperf sweep --image``, the inventory's ``images:``, the Airflow
     image tag) reaches ``docker pull/run`` argv after the options: it must be a plain reference."""
     from dlperf_tasks.catalog.model import ContainerSpec
-    from dlperf_tasks.errors import CatalogError
+    from dlperf_tasks.core.errors import CatalogError
     from dlperf_tasks.remote.runtime import make_runtime
 
     with pytest.raises(CatalogError, match="not a Docker image reference"):

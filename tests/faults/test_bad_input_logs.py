@@ -1,6 +1,6 @@
 """Bad input: corrupt training logs (issue 6, "corrupt logs").
 
-Every case goes through a real entry point: :func:`dlperf_tasks.extract.extract_tree` (what
+Every case goes through a real entry point: :func:`dlperf_tasks.measure.extract.extract_tree` (what
 ``dlperf extract``, the sweep and the Airflow tasks call) or the ``dlperf extract`` CLI itself.
 Starting point is always a real fixture log (tests/data/fixture_logs, DLPerf's own numbers), then
 damaged: binary garbage, NaN / inf / negative numbers in the field the speed rule reads, the
@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.errors import ExtractError
-from dlperf_tasks.extract import extract_tree
-from dlperf_tasks.model import TrialStatus, Window
+from dlperf_tasks.core.errors import ExtractError
+from dlperf_tasks.measure.extract import extract_tree
+from dlperf_tasks.core.model import TrialStatus, Window
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "data" / "fixture_logs"

@@ -24,8 +24,8 @@ from dlperf_tasks.airflow.settings import DlperfSettings
 from dlperf_tasks.airflow.tasks import NonRetriable, plan_run
 from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.cli import main
-from dlperf_tasks.errors import PlanError
-from dlperf_tasks.plan import Overrides, plan
+from dlperf_tasks.core.errors import PlanError
+from dlperf_tasks.catalog.plan import Overrides, plan
 
 INJECTION = ["; rm -rf /", "$(id)", "`id`", "../../etc/passwd", "a\nb", "a\x00b", "'a'", '"a"', "a b", "a|b"]
 

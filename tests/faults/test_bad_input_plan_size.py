@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.errors import PlanError
-from dlperf_tasks.plan import Overrides, plan
+from dlperf_tasks.core.errors import PlanError
+from dlperf_tasks.catalog.plan import Overrides, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 BIG_NODES = "1" * 32

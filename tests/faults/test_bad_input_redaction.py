@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.remote import envcapture
 from dlperf_tasks.store import Store
 from dlperf_tasks.store.leakscan import LeakScanner

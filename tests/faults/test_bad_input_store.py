@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store import RetryPolicy, Store
 from tests.fixtures.s3 import SAMPLE_INVENTORY, make_run_dir
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from dlperf_tasks.model import TrialStatus
-from dlperf_tasks.plan import plan
+from dlperf_tasks.core.model import TrialStatus
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.remote.inventory import Cluster
-from dlperf_tasks.sweep import SweepOptions, run_sweep
+from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 from tests.faults._fault_helpers import fault_sim, read_trials, run_leftovers, sim_suite  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.cluster

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from dlperf_tasks.errors import RemoteError
-from dlperf_tasks.plan import plan
+from dlperf_tasks.core.errors import RemoteError
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.remote.inventory import Cluster
-from dlperf_tasks.sweep import SweepOptions, run_sweep
+from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 from tests.faults._fault_helpers import FAULT_REGISTRY_PORT, fault_sim, leftovers, registry_pid, sim_suite  # noqa: F401
 
 pytestmark = pytest.mark.cluster

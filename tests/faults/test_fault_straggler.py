@@ -1,4 +1,4 @@
-"""Straggler detection (dlperf_tasks/stragglers.py): unit checks on synthetic step times, and a
+"""Straggler detection (dlperf_tasks/measure/stragglers.py): unit checks on synthetic step times, and a
 real 2-node TensorFlow-format sweep on the private simulated cluster where the stand-in trainer
 on ONE node is configured 2x slower (its python3 is a per-node wrapper mounted from that node's
 workdir, which lowers that node's speed). GPUs are simulated; everything else is real (sshd
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from dlperf_tasks import stragglers
-from dlperf_tasks.model import Sample, TrialStatus, Window
-from dlperf_tasks.plan import plan
+from dlperf_tasks.measure import stragglers
+from dlperf_tasks.core.model import Sample, TrialStatus, Window
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.remote.inventory import Cluster
-from dlperf_tasks.sweep import SweepOptions, run_sweep
+from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 from tests.faults._fault_helpers import fault_sim, run_leftovers, sim_suite  # noqa: F401 (fixture)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.cli import main
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store import Store
 from tests.fixtures.s3 import make_run_dir
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store import Store
 from tests.fixtures import hostile_s3 as H
 from tests.fixtures.s3 import make_run_dir
@@ -127,8 +127,8 @@ def test_huge_result_json_and_manifest_are_refused_before_they_are_read(hostile)
 def test_results_page_refuses_a_huge_result_json_without_reading_it(hostile):
     from fastapi.testclient import TestClient
 
-    from dlperf_tasks.history.access import Viewer
-    from dlperf_tasks.history.web import create_app
+    from dlperf_tasks.web.access import Viewer
+    from dlperf_tasks.web.app import create_app
 
     hostile.publish_run(RID, {"result.json": H.endless()}, {"result.json": (2 << 30, "0" * 64)})
     store = _store(hostile)
@@ -153,8 +153,8 @@ _MEASURE = r"""
 import json, resource, sys
 from fastapi.testclient import TestClient
 from dlperf_tasks.cli import main
-from dlperf_tasks.history.access import Viewer
-from dlperf_tasks.history.web import create_app
+from dlperf_tasks.web.access import Viewer
+from dlperf_tasks.web.app import create_app
 from dlperf_tasks.store import Store
 
 def peak():

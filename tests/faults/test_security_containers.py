@@ -13,10 +13,10 @@ import time
 import pytest
 
 from dlperf_tasks.catalog.loader import list_suites
-from dlperf_tasks.plan import plan
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.runtime import NodeFacts, docker_run_argv
-from dlperf_tasks.sweep import SweepOptions, run_sweep
+from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 from tests.faults._fault_helpers import fault_sim, run_leftovers, sim_suite  # noqa: F401 (fixture)
 
 

@@ -13,11 +13,11 @@ import paramiko
 import pytest
 import yaml
 
-from dlperf_tasks.errors import RemoteError
-from dlperf_tasks.plan import plan
+from dlperf_tasks.core.errors import RemoteError
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.ssh import SSHPool
-from dlperf_tasks.sweep import SweepOptions, run_sweep
+from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 from tests.faults._fault_helpers import fault_sim, leftovers, sim_suite  # noqa: F401 (fixture)
 
 

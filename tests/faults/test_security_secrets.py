@@ -35,9 +35,9 @@ import pytest
 import yaml
 
 from dlperf_tasks.cli import main
-from dlperf_tasks.plan import plan
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.remote.inventory import Cluster
-from dlperf_tasks.sweep import SweepOptions, run_sweep
+from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 from tests.faults._fault_helpers import fault_sim, run_leftovers, sim_suite  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.s3]
@@ -232,7 +232,7 @@ def test_running_trial_has_no_secret_on_any_command_line(fault_sim, tmp_path, mo
     shows them: env files are still visible there) but no process' command line on the node
     (/proc/*/cmdline, read while the trial's iterations come), and the job's env file is already
     deleted then. The registry password of the prepare step stays off the nodes too."""
-    from dlperf_tasks.model import TrialStatus
+    from dlperf_tasks.core.model import TrialStatus
     from dlperf_tasks.remote.runtime import make_runtime
     from dlperf_tasks.remote.ssh import SSHPool
     from dlperf_tasks.remote.trial import run_trial

@@ -20,15 +20,15 @@ import yaml
 from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.cli import main
 from dlperf_tasks.history import check, confirm as C
-from dlperf_tasks.nodehealth import Quarantine
-from dlperf_tasks.model import MetricKind, Trial, TrialMetric, TrialResult, TrialStatus
-from dlperf_tasks.plan import plan
+from dlperf_tasks.store.quarantine import Quarantine
+from dlperf_tasks.core.model import MetricKind, Trial, TrialMetric, TrialResult, TrialStatus
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.remote.inventory import Cluster
-from dlperf_tasks.settings import Settings
+from dlperf_tasks.core.settings import Settings
 from dlperf_tasks.report.result_json import build_result
-from dlperf_tasks.stats import aggregate
+from dlperf_tasks.measure.stats import aggregate
 from dlperf_tasks.store import Store
-from dlperf_tasks.sweep import SweepOptions, run_sweep
+from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,7 +210,7 @@ def _record_starts_and_quarantines(monkeypatch) -> list[tuple]:
     A trial's ``started_at`` cannot show this order: it is stamped in the trial's own thread after
     its telemetry starts (seconds later under load), and ``since`` is kept to whole seconds."""
     from dlperf_tasks.engine.schedule import _Loop
-    from dlperf_tasks.scheduler import Scheduler
+    from dlperf_tasks.policy.scheduler import Scheduler
 
     events: list[tuple] = []
     next_starts, decide = Scheduler.next_starts, _Loop.decide

@@ -23,7 +23,7 @@ import yaml
 
 from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.history import confirm as C
-from dlperf_tasks.nodehealth import Quarantine
+from dlperf_tasks.store.quarantine import Quarantine
 from dlperf_tasks.store import Store
 from tests.integration.dag_cluster_helpers import cluster_settings, state, task_states
 from tests.integration.test_decisions_cluster import BASE, NOISY_PY, ab_suite, history, publish, slow_image  # noqa: F401

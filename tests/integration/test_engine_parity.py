@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.airflow, pytest.mark.slow]
 SPEEDS = {"1n1g": 101.5, "2n8g": 1500.5}
 CONF = {"topologies": list(SPEEDS), "trials": 1, "precisions": ["fp32"], "batch_sizes": [32]}
 # what each entry point was asked (form conf vs command-line flags): values, not sections; and the
-# sweep-only decisions of dlperf_tasks.decisions (adaptive trial counts, node quarantine), which need the
+# sweep-only decisions of dlperf_tasks.engine.decisions (adaptive trial counts, node quarantine), which need the
 # sweep's own scheduling loop
 ENTRY_SPECIFIC = {"params", "adaptive", "node_health"}
 

@@ -163,10 +163,10 @@ def _smoke_history(store, workdir, n: int = 10, speed: float = 1.0e5) -> list[st
     import random
 
     from dlperf_tasks.catalog.loader import load_suite
-    from dlperf_tasks.model import MetricKind, Trial, TrialMetric, TrialResult, TrialStatus
-    from dlperf_tasks.plan import Overrides, plan
+    from dlperf_tasks.core.model import MetricKind, Trial, TrialMetric, TrialResult, TrialStatus
+    from dlperf_tasks.catalog.plan import Overrides, plan
     from dlperf_tasks.report.result_json import build_result
-    from dlperf_tasks.stats import aggregate
+    from dlperf_tasks.measure.stats import aggregate
     from tests.fixtures.synth import seed_store
 
     cell = plan(load_suite("smoke"), Overrides.from_dict({"topologies": ["1n1g"]})).trials[0].trial.cell

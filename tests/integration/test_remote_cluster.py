@@ -19,13 +19,13 @@ import pytest
 import yaml
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.errors import RemoteError
-from dlperf_tasks.model import TrialStatus
-from dlperf_tasks.plan import plan
+from dlperf_tasks.core.errors import RemoteError
+from dlperf_tasks.core.model import TrialStatus
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.runtime import trial_process_check_command
 from dlperf_tasks.remote.ssh import SSHPool
-from dlperf_tasks.sweep import SweepOptions, run_sweep
+from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]

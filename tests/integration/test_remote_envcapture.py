@@ -51,9 +51,9 @@ def test_capture_without_gpu_tools_records_absent(node, monkeypatch):
 def test_sweep_records_the_nccl_transport_of_multinode_trials(tmp_path):
     """The transport actually used comes from the trial's own NCCL_DEBUG=INFO lines (no GPU needed
     to test the reading: the lines are NCCL's real format); single-node trials are not scanned."""
-    from dlperf_tasks.model import Cell, Trial, TrialResult, TrialStatus
-    from dlperf_tasks.sweep import nccl_transports
-    from dlperf_tasks.topology import Topology
+    from dlperf_tasks.core.model import Cell, Trial, TrialResult, TrialStatus
+    from dlperf_tasks.engine.sweep import nccl_transports
+    from dlperf_tasks.core.topology import Topology
 
     def result(topo, rel, text):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -10,13 +10,13 @@ import sys
 import pytest
 
 from dlperf_tasks.catalog.model import ContainerSpec
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.frameworks.base import LaunchSpec
-from dlperf_tasks.model import Cell, Trial
+from dlperf_tasks.core.model import Cell, Trial
 from dlperf_tasks.remote import runtime as rt
 from dlperf_tasks.remote.inventory import Cluster, Node
 from dlperf_tasks.remote.ssh import SSHPool
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.topology import Topology
 from tests.fixtures.sshd_nodes import make_nodes, stop_nodes
 
 HOSTILE = ["a b", "$(touch /tmp/dlperf_pwned_rt)", "`id`", "x;y", "it's", 'q"', "*", "$HOME", "new\nline"]

@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.remote import jobs
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.ssh import SSHPool

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.model import Cell, Trial, TrialStatus, Window
+from dlperf_tasks.core.model import Cell, Trial, TrialStatus, Window
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.runtime import HostRuntime
 from dlperf_tasks.remote.trial import run_trial
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.topology import Topology
 from tests.fixtures.sshd_nodes import make_nodes, open_pool, stop_nodes
 
 ROOT = Path(__file__).resolve().parents[2]

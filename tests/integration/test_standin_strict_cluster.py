@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.model import TrialStatus
-from dlperf_tasks.plan import plan
+from dlperf_tasks.core.model import TrialStatus
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.remote.inventory import Cluster
-from dlperf_tasks.sweep import SweepOptions, run_sweep
+from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]

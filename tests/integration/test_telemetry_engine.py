@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.plan import plan
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.remote.inventory import Cluster
 
 pytestmark = pytest.mark.cluster
@@ -54,7 +54,7 @@ def standin_gpus(sim_cluster, monkeypatch):
 
 def sweep(suite, trials: int, cluster, tmp_path: Path, settings=None):
     """The CLI path: ``run_sweep`` of suite's fp32/batch-32 cells with ``trials`` trials each."""
-    from dlperf_tasks.sweep import SweepOptions, run_sweep
+    from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 
     p = plan(suite, {"precisions": "fp32", "batch_sizes": "32", "trials": trials})
     return run_sweep(suite, p, Cluster.from_yaml(cluster.yaml_path), tmp_path / "out",
@@ -171,9 +171,9 @@ def seed_loss_history(store, suite_id: str, cell, workdir: Path, losses=(10.1, 1
     """Publish one earlier run (January 2026) per value of ``losses``: ``cell`` with 2 valid trials
     whose final loss is that value (what the outputs step records and the index keeps), trained
     as long as the cell's window (only such runs are loss history)."""
-    from dlperf_tasks.model import MetricKind, Trial, TrialMetric, TrialResult, TrialStatus
+    from dlperf_tasks.core.model import MetricKind, Trial, TrialMetric, TrialResult, TrialStatus
     from dlperf_tasks.report.result_json import build_result, write_result
-    from dlperf_tasks.stats import aggregate
+    from dlperf_tasks.measure.stats import aggregate
 
     for i, loss in enumerate(losses):
         rs = [TrialResult(trial=Trial(cell, k), status=TrialStatus.OK, nodes=["node1"],
@@ -196,7 +196,7 @@ def test_cli_sweep_final_loss_off_history_is_fast_but_wrong(sim_cluster_env, tmp
     outputs step flags the cell "fast but wrong?" (result.json, report.md) and, once published,
     the regression check has a finding of kind loss."""
     from dlperf_tasks.history.check import check_run
-    from dlperf_tasks.settings import Settings
+    from dlperf_tasks.core.settings import Settings
     from dlperf_tasks.store import Store
 
     suite = ramp_suite(tmp_path, LOSS_ENV)

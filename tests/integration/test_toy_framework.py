@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec
-from dlperf_tasks.model import LogFacts, MetricKind, ParsedLog, Sample, TrialMetric
+from dlperf_tasks.core.model import LogFacts, MetricKind, ParsedLog, Sample, TrialMetric
 
 LINE = re.compile(r"toy step=(\\d+) speed=(\\S+)")
 

@@ -1,14 +1,14 @@
-"""The A/B driver's pure parts (dlperf_tasks/abrun.py): the plan reduced to the finding's cells,
+"""The A/B driver's pure parts (dlperf_tasks/engine/abrun.py): the plan reduced to the finding's cells,
 and the A/B environment taken from a sweep's result."""
 
 from __future__ import annotations
 
 import pytest
 
-from dlperf_tasks import abrun
+from dlperf_tasks.engine import abrun
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.errors import DlperfError
-from dlperf_tasks.plan import plan
+from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.catalog.plan import plan
 
 
 def test_plan_for_keeps_only_the_cells_one_trial_each():

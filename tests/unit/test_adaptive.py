@@ -1,4 +1,4 @@
-"""Adaptive trial count (dlperf_tasks/adaptive.py): CI of the median, stopping rule, records,
+"""Adaptive trial count (dlperf_tasks/policy/adaptive.py): CI of the median, stopping rule, records,
 and the >= 30 % saving on low-noise cells of the bench's realistic noise."""
 
 from __future__ import annotations
@@ -8,9 +8,7 @@ import statistics
 
 import pytest
 
-from dlperf_tasks import adaptive as A
-
-
+from dlperf_tasks.policy import adaptive as A
 def test_order_interval_coverage_is_the_binomial_one():
     iv = A.order_interval([3.0, 1.0, 2.0])
     assert (iv.lo, iv.hi, iv.confidence) == (1.0, 3.0, 0.75)  # too few values: the range, 1 - 2/2^3
@@ -117,8 +115,8 @@ def test_suite_fields_opt_in_and_are_checked_at_load(tmp_path, capsys):
     import yaml
 
     from dlperf_tasks.catalog.loader import load_suite
-    from dlperf_tasks.decisions import for_sweep
-    from dlperf_tasks.errors import DlperfError
+    from dlperf_tasks.engine.decisions import for_sweep
+    from dlperf_tasks.core.errors import DlperfError
 
     root = Path(__file__).resolve().parents[2]
     data = yaml.safe_load((root / "dlperf_tasks/catalog/suites/smoke.yaml").read_text())

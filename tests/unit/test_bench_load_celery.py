@@ -46,7 +46,7 @@ def test_load_suite_plans_the_asked_trials(tmp_path, monkeypatch):
     assert b.write_catalog(tmp_path, 693, 2.0) == 693
     monkeypatch.setenv("DLPERF_CATALOG_PATH", str(tmp_path))
     from dlperf_tasks.catalog.loader import load_suite
-    from dlperf_tasks.plan import plan
+    from dlperf_tasks.catalog.plan import plan
 
     suite = load_suite("load")
     assert suite.framework == "load_standin" and len(plan(suite).trials) == 693

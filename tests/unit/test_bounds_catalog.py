@@ -12,8 +12,8 @@ import yaml
 
 from dlperf_tasks.catalog.loader import BUILTIN_DIR, list_suites, suites_by_group
 from dlperf_tasks.cli import main
-from dlperf_tasks.errors import CatalogError, PlanError
-from dlperf_tasks.plan import Overrides
+from dlperf_tasks.core.errors import CatalogError, PlanError
+from dlperf_tasks.catalog.plan import Overrides
 
 HUGE = str(10 ** 24)
 

@@ -11,7 +11,7 @@ import yaml
 from dlperf_tasks import frameworks
 from dlperf_tasks.catalog import BUILTIN_DIR, list_suites, load_suite
 from dlperf_tasks.catalog.validate import suite_to_dict
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
 
 SUITE_IDS = ["megatron-gpt", "mxnet-bert", "mxnet-resnet50", "pytorch-bert", "smoke", "tensorflow-bert"]
 
@@ -72,7 +72,7 @@ def test_seed_facts_are_held():
     tf = load_suite("tensorflow-bert")
     assert tf.upstream.ref == "r2.3.0" and tf.xla == (False, True)
     assert tf.batch_sizes_for("amp") == (64, 96, 128)
-    from dlperf_tasks.topology import Topology
+    from dlperf_tasks.core.topology import Topology
 
     assert tf.excluded(128, "amp", False, Topology(1, 1)) and not tf.excluded(128, "amp", True, Topology(1, 1))
     assert tf.env_for(Topology(2, 8))["NCCL_DEBUG"] == "INFO" and "NCCL_DEBUG" not in tf.env_for(Topology(1, 8))

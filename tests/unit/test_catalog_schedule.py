@@ -10,7 +10,7 @@ from dlperf_tasks.airflow import settings as settings_mod
 from dlperf_tasks.catalog import BUILTIN_DIR, list_suites, load_suite
 from dlperf_tasks.catalog.cron import check_cron, group_schedule
 from dlperf_tasks.catalog.validate import suite_to_dict
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
 
 
 def _suite_file(tmp_path, name: str, **changes) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf_tasks.errors import RemoteError, StoreError
+from dlperf_tasks.core.errors import RemoteError, StoreError
 from dlperf_tasks.remote.connections import connection_extra, ssh_secrets
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.store.s3backend import settings_from_connection

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from dlperf_tasks.engine import setup, trials
 from dlperf_tasks.engine.rundir import RunDir
-from dlperf_tasks.model import Trial, TrialMetric, TrialResult, TrialStatus
-from dlperf_tasks.settings import Settings
-from dlperf_tasks.store import staging
+from dlperf_tasks.core.model import Trial, TrialMetric, TrialResult, TrialStatus
+from dlperf_tasks.core.settings import Settings
+from dlperf_tasks.engine import staging
 
 PARAMS = {"topologies": ["1n1g"], "trials": 3, "warmup_iters": 1, "measure_iters": 2}
 

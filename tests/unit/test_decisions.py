@@ -1,4 +1,4 @@
-"""The engine's decisions (dlperf_tasks/decisions.py) driven through the real packing
+"""The engine's decisions (dlperf_tasks/engine/decisions.py) driven through the real packing
 Scheduler, trial by trial, as the engine's scheduling step does: adaptive trial count saves
 trials on low-noise cells; a slow node is named and, with quarantine, gets no more trials and
 stays out of the next sweep until cleared."""
@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import random
 
-from dlperf_tasks import decisions as D
-from dlperf_tasks.adaptive import AdaptivePolicy
+from dlperf_tasks.engine import decisions as D
+from dlperf_tasks.policy.adaptive import AdaptivePolicy
 from tests.fixtures.synth import make_cell
-from dlperf_tasks.model import MetricKind, Trial, TrialMetric, TrialResult, TrialStatus
-from dlperf_tasks.nodehealth import HealthConfig, Quarantine
-from dlperf_tasks.scheduler import Job, Scheduler
+from dlperf_tasks.core.model import MetricKind, Trial, TrialMetric, TrialResult, TrialStatus
+from dlperf_tasks.policy.nodehealth import HealthConfig
+from dlperf_tasks.store.quarantine import Quarantine
+from dlperf_tasks.policy.scheduler import Job, Scheduler
 
 NODES = {f"node{i}": 8 for i in range(1, 5)}
 

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from dlperf_tasks import abdag, dagdecisions as dd
-from dlperf_tasks.adaptive import AdaptivePolicy
+from dlperf_tasks.engine import abdag, dagdecisions as dd
+from dlperf_tasks.policy.adaptive import AdaptivePolicy
 from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.setup import plan_runs
 from dlperf_tasks.history import check, confirm as C
-from dlperf_tasks.model import MetricKind, Trial, TrialMetric, TrialResult, TrialStatus
-from dlperf_tasks.nodehealth import Quarantine
-from dlperf_tasks.remote.allocation import usable_nodes
+from dlperf_tasks.core.model import MetricKind, Trial, TrialMetric, TrialResult, TrialStatus
+from dlperf_tasks.store.quarantine import Quarantine
+from dlperf_tasks.engine.placement import usable_nodes
 from dlperf_tasks.remote.inventory import Cluster
-from dlperf_tasks.settings import Settings
+from dlperf_tasks.core.settings import Settings
 from dlperf_tasks.store import Store
 from tests.fixtures import synth
 from tests.unit.test_history_confirm import CELL, NEW_DIGEST
@@ -59,7 +59,7 @@ def test_stop_reason_rules():
 
 def _cell_trial():
     from dlperf_tasks.catalog.loader import load_suite
-    from dlperf_tasks.plan import plan
+    from dlperf_tasks.catalog.plan import plan
 
     return plan(load_suite("smoke"), {"trials": 5}).trials[0].trial.to_dict()
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import io
 
 from dlperf_tasks.engine.progress import Display, samples_per_iteration
-from dlperf_tasks.model import Cell, ParallelLayout, Trial, TrialMetric, TrialResult, TrialStatus, Window
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.model import Cell, ParallelLayout, Trial, TrialMetric, TrialResult, TrialStatus, Window
+from dlperf_tasks.core.topology import Topology
 
 
 def _trial(topo: str = "1n2g", window: Window = Window(5, 20), **kw) -> Trial:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from dlperf_tasks.engine import finish, setup, trials
 from dlperf_tasks.engine.rundir import RunDir, is_run_id
-from dlperf_tasks.model import Trial, TrialMetric, TrialResult, TrialStatus
+from dlperf_tasks.core.model import Trial, TrialMetric, TrialResult, TrialStatus
 from dlperf_tasks.report.result_json import trial_from_record, trial_record
-from dlperf_tasks.settings import Settings
+from dlperf_tasks.core.settings import Settings
 
 PARAMS = {"topologies": ["1n1g"], "trials": 2, "warmup_iters": 1, "measure_iters": 2}
 

@@ -30,8 +30,8 @@ def test_topology_check_reads_the_inventory_and_no_credential():
 
     from dlperf_tasks.engine.errors import NonRetriable
     from dlperf_tasks.engine.setup import check_fits
-    from dlperf_tasks.model import Topology
-    from dlperf_tasks.settings import Settings
+    from dlperf_tasks.core.model import Topology
+    from dlperf_tasks.core.settings import Settings
 
     @dataclasses.dataclass(frozen=True)
     class NoLookups(Settings):

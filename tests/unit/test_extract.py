@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.errors import ExtractError
-from dlperf_tasks.extract import TRIAL_FILE_RE, extract_tree, topology_from_path
-from dlperf_tasks.model import MetricKind, TrialStatus, Window
+from dlperf_tasks.core.errors import ExtractError
+from dlperf_tasks.measure.extract import TRIAL_FILE_RE, extract_tree, topology_from_path
+from dlperf_tasks.core.model import MetricKind, TrialStatus, Window
+from dlperf_tasks.report.result_json import extract_result
 
 FIX = Path(__file__).resolve().parent.parent / "data" / "fixture_logs"
 
@@ -78,7 +79,7 @@ def test_seed_tree_seven_trials_and_deeper_layout(tmp_path):
     by = {c.cell.topology.name: c for c in res.cells}
     assert by["1n1g"].values == [149.86] * 7 and by["1n8g"].median == 1056.34
     assert by["1n8g"].speedup == round(1056.34 / 149.86, 2) == 7.05
-    assert res.result()["dlperf"]["bz32"]["bert-base"]["1n8g"]["median_speed"] == 1056.34
+    assert extract_result(res)["dlperf"]["bz32"]["bert-base"]["1n8g"]["median_speed"] == 1056.34
 
 
 def test_ten_node_topology_is_parsed_by_regex(tmp_path):
@@ -174,7 +175,7 @@ def test_progress_reported_for_large_trees(tmp_path):
     src = FIX / "tensorflow_bert/bz32/1n1g/bert_b32_fp32_1.log"
     for i in range(1, 61):
         put(src, tmp_path / "1n1g" / f"bert_b32_fp32_{i}.log")
-    import dlperf_tasks.extract as ex
+    import dlperf_tasks.measure.extract as ex
     old = ex._PROGRESS_EVERY_S
     ex._PROGRESS_EVERY_S = 0.0
     msgs = []
@@ -201,9 +202,9 @@ def test_megatron_and_dlperf_logs_are_not_mixed_up(tmp_path):
 def test_gate_run_logs_reads_a_sweep_run_dir(tmp_path):
     """A sweep's run dir holds logs at Framework.log_relpath; runtime facts (exit codes) are applied."""
     from dlperf_tasks import frameworks
-    from dlperf_tasks.extract import gate_run_logs
-    from dlperf_tasks.model import Cell, Trial
-    from dlperf_tasks.topology import Topology
+    from dlperf_tasks.measure.extract import gate_run_logs
+    from dlperf_tasks.core.model import Cell, Trial
+    from dlperf_tasks.core.topology import Topology
 
     cell = Cell("pytorch-bert", "pytorch_bert", "bert-base", "amp", 96, Topology.parse("2n8g"))
     trial = Trial(cell, 1)

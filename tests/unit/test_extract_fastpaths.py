@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from dlperf_tasks import logtree
+from dlperf_tasks.measure import logtree
 from dlperf_tasks.frameworks import _lines
 from dlperf_tasks.frameworks._stream import LogStream, kv_args
 
@@ -85,7 +85,7 @@ def test_crash_scan_once_per_distinct_line_same_markers(monkeypatch):
 
 def test_mxnet_speeds_by_step_same_in_step_order_and_any_order():
     from dlperf_tasks.frameworks.mxnet_bert import _speeds_by_step
-    from dlperf_tasks.model import Samples
+    from dlperf_tasks.core.model import Samples
 
     rng = random.Random(7)
     rows = [(step, rng.uniform(200.0, 300.0)) for step in range(1, 31) for _rank in range(4)]
@@ -149,8 +149,8 @@ def test_clock_seconds_same_doubles_as_the_plain_sum():
 
 
 def test_sample_bounds_skip_only_units_they_never_bound():
-    from dlperf_tasks.model import MetricKind, Samples
-    from dlperf_tasks.validity import sample_bound_problems
+    from dlperf_tasks.core.model import MetricKind, Samples
+    from dlperf_tasks.measure.validity import sample_bound_problems
 
     s = Samples()
     s.add_columns([1, 2], [1e-300, 1e12], "s")  # timestamps: no bound applies

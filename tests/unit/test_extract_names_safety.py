@@ -13,9 +13,10 @@ import time
 import pytest
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.errors import ExtractError
-from dlperf_tasks.extract import extract_tree
-from dlperf_tasks.model import TrialStatus, Window
+from dlperf_tasks.core.errors import ExtractError
+from dlperf_tasks.measure.extract import extract_tree
+from dlperf_tasks.core.model import TrialStatus, Window
+from dlperf_tasks.report.result_json import extract_result
 from tests.unit import logwriters as W
 
 TF_OK = W.tf(list(range(1, 121)), 0.1)  # 32 x 1 / 0.1 = 320 samples/s
@@ -134,7 +135,7 @@ def test_symlink_out_of_the_tree_is_not_followed(tmp_path):
     W.write(tree / "1n1g" / "bert_b32_fp32_1.log", TF_OK)
     os.symlink(secret, tree / "1n1g" / "bert_b32_fp32_2.log")
     res = extract_tree(_tf_suite(), tree)
-    assert "TOP-SECRET" not in repr(res.result())
+    assert "TOP-SECRET" not in repr(extract_result(res))
     assert [t.trial.index for t in res.trials] == [1]
 
 
@@ -146,8 +147,8 @@ def test_directory_named_with_a_newline_is_not_a_topology(tmp_path):
 
 
 def test_caps_on_file_size_and_lines_give_a_reason(tmp_path, monkeypatch):
-    import dlperf_tasks.extract as ex
-    import dlperf_tasks.logtree as lt
+    import dlperf_tasks.measure.extract as ex
+    import dlperf_tasks.measure.logtree as lt
 
     W.write(tmp_path / "1n1g" / "bert_b32_fp32_1.log", TF_OK)
     monkeypatch.setattr(lt, "MAX_LOG_BYTES", 2000)

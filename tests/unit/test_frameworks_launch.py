@@ -6,8 +6,8 @@ import pytest
 
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.frameworks.base import Framework, NodeSpec
-from dlperf_tasks.model import Cell, MetricKind, ParallelLayout, Trial, Window
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.model import Cell, MetricKind, ParallelLayout, Trial, Window
+from dlperf_tasks.core.topology import Topology
 
 FRAMEWORKS = ["mxnet_bert", "mxnet_resnet50", "pytorch_bert", "tensorflow_bert", "megatron_gpt"]
 PP = ParallelLayout("PP", "DP_PP_8x1x4_512_1536x16", 8, 1, 4, 2, 512, 1536, 16, 16)

@@ -15,8 +15,8 @@ import pytest
 
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.frameworks._lines import read_log, split_chunks, split_lines, strip_tag
-from dlperf_tasks.model import Cell, MetricKind, ParallelLayout, Window
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.model import Cell, MetricKind, ParallelLayout, Window
+from dlperf_tasks.core.topology import Topology
 
 FIX = Path(__file__).resolve().parents[1] / "data" / "fixture_logs"
 FRAMEWORKS = ["mxnet_bert", "mxnet_resnet50", "pytorch_bert", "tensorflow_bert", "megatron_gpt"]

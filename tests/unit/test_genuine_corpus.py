@@ -11,7 +11,7 @@ import json
 import pytest
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.extract import extract_tree
+from dlperf_tasks.measure.extract import extract_tree
 from tests.unit.genuine_corpus import ROOT, entries, lay_out
 
 ENTRIES = entries()

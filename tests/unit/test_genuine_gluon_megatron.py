@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.frameworks import get
-from dlperf_tasks.model import Cell, Trial, TrialStatus, Window
-from dlperf_tasks.topology import Topology
-from dlperf_tasks.validity import gate
+from dlperf_tasks.core.model import Cell, Trial, TrialStatus, Window
+from dlperf_tasks.core.topology import Topology
+from dlperf_tasks.measure.validity import gate
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "genuine_logs"
 FAMILIES = {"gluon_cv": "mxnet_resnet50", "megatron": "megatron_gpt"}

@@ -7,9 +7,9 @@ found (docs/fidelity.md), so these lines are built from the upstream format stri
 from __future__ import annotations
 
 from dlperf_tasks.frameworks import get
-from dlperf_tasks.model import Cell, Trial, TrialStatus, Window
-from dlperf_tasks.topology import Topology
-from dlperf_tasks.validity import gate
+from dlperf_tasks.core.model import Cell, Trial, TrialStatus, Window
+from dlperf_tasks.core.topology import Topology
+from dlperf_tasks.measure.validity import gate
 
 WIN = Window(20, 100)
 SEED = ("[step {}]\tmlm_loss={:7.5f}\tnsp_loss={:5.2f}\tthroughput={:.1f}K tks/s\tlr={:.7f} time={:.2f}, "

@@ -5,9 +5,9 @@ dmlc/gluon-cv ``scripts/classification/imagenet/train_imagenet.py``)."""
 from __future__ import annotations
 
 from dlperf_tasks.frameworks import get
-from dlperf_tasks.model import Cell, ParallelLayout, Trial, TrialStatus, Window
-from dlperf_tasks.topology import Topology
-from dlperf_tasks.validity import gate
+from dlperf_tasks.core.model import Cell, ParallelLayout, Trial, TrialStatus, Window
+from dlperf_tasks.core.topology import Topology
+from dlperf_tasks.measure.validity import gate
 from tests.unit import logwriters as W
 
 ITS = list(range(10, 131, 10))

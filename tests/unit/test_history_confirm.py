@@ -129,8 +129,8 @@ def test_cli_confirm_plan_only_prints_the_dag_conf(seeded, capsys, tmp_path):
 def test_results_page_shows_the_ab_status(seeded):
     from fastapi.testclient import TestClient
 
-    from dlperf_tasks.history.access import Viewer
-    from dlperf_tasks.history.web import create_app
+    from dlperf_tasks.web.access import Viewer
+    from dlperf_tasks.web.app import create_app
 
     store, ids = seeded
     check.check_run(store, ids[8], log=None, notify_target="")

@@ -112,8 +112,8 @@ def test_results_show_and_page_carry_the_loss_finding(seeded, capsys):
     from fastapi.testclient import TestClient
 
     from dlperf_tasks.cli import main
-    from dlperf_tasks.history.access import Viewer
-    from dlperf_tasks.history.web import create_app
+    from dlperf_tasks.web.access import Viewer
+    from dlperf_tasks.web.app import create_app
 
     store, ids = seeded
     check.check_run(store, ids[6], log=None, notify_target="")

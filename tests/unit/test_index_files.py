@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from dlperf_tasks.catalog import load_suite
-from dlperf_tasks.model import TrialMetric, TrialResult, TrialStatus
-from dlperf_tasks.plan import plan
+from dlperf_tasks.core.model import TrialMetric, TrialResult, TrialStatus
+from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.report.index_files import write_index_files
 from dlperf_tasks.report.result_json import build_result
-from dlperf_tasks.stats import aggregate
+from dlperf_tasks.measure.stats import aggregate
 
 SPEEDS = {"bz32/fp32/ga2112/1n1g": [127.09, 127.1, 127.0], "bz32/fp32/ga264/1n8g": [1018.4, 1018.0, 1019.0],
           "bz32/fp32/ga66/4n8g": [3900.0, 3901.0, 3899.0], "bz32/fp32/ga1/4n8g": [3000.0, 3001.0, 2999.0]}

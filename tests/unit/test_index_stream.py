@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.index_stream import iter_index_runs
 
 DOC = {"runs": [{"run_id": "r1", "n": 12345, "x": -1.5e-3, "ok": True, "none": None, "s": "é\u2603 \"q\" ,]}"},

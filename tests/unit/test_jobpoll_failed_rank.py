@@ -7,7 +7,7 @@ poll cannot be timed with real sshd nodes, so the pool here is a scripted stand-
 
 from __future__ import annotations
 
-from dlperf_tasks.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.remote.jobpoll import JobsWatch, poll_once
 from dlperf_tasks.remote.jobs import JobPaths, RemoteJob
 

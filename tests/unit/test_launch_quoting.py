@@ -17,11 +17,11 @@ import sys
 
 import pytest
 
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.frameworks.base import NodeSpec
-from dlperf_tasks.model import Cell, ParallelLayout, Trial, Window
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.model import Cell, ParallelLayout, Trial, Window
+from dlperf_tasks.core.topology import Topology
 
 HOSTILE = [
     "; touch {canary}",

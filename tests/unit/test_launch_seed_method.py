@@ -9,10 +9,10 @@ import pytest
 from dlperf_tasks.catalog import load_suite
 from dlperf_tasks.catalog.loader import load_file
 from dlperf_tasks.catalog.nodefiles import BERT_DIMS, CONTAINER_DIR
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.frameworks.base import NodeSpec
-from dlperf_tasks.plan import plan
+from dlperf_tasks.catalog.plan import plan
 
 DLE_LARGE = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
              "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 4096,

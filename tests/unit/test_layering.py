@@ -19,14 +19,14 @@ def test_the_word_appears_only_in_the_scheduler_layer():
 
 def test_engine_sweep_and_cli_import_no_scheduler_code():
     code = ("import sys, dlperf_tasks.engine.setup, dlperf_tasks.engine.trials, dlperf_tasks.engine.finish, "
-            "dlperf_tasks.engine.schedule, dlperf_tasks.sweep, dlperf_tasks.cli, dlperf_tasks.settings; "
+            "dlperf_tasks.engine.schedule, dlperf_tasks.engine.sweep, dlperf_tasks.cli, dlperf_tasks.core.settings; "
             "print(sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
 
 
 def test_engine_modules_and_functions_stay_small():
-    for p in [*(PKG / "engine").glob("*.py"), PKG / "sweep.py", PKG / "settings.py", PKG / "remote" / "local.py",
+    for p in [*(PKG / "engine").glob("*.py"), PKG / "core" / "settings.py", PKG / "remote" / "local.py",
               PKG / "remote" / "nodeclean.py", PKG / "airflow" / "tasks.py"]:
         text = p.read_text()
         assert len(text.splitlines()) <= 400, p

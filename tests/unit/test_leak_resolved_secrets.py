@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlperf_tasks import resolved_secrets
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core import resolved_secrets
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store import RetryPolicy, Store
 from tests.fixtures.s3 import SAMPLE_INVENTORY, make_run_dir
 
@@ -106,7 +106,7 @@ def test_the_engine_publish_resolves_the_connections_the_trials_used(tmp_path):
     from dlperf_tasks.engine.finish import publish_run
     from dlperf_tasks.engine.rundir import RunDir
     from dlperf_tasks.remote.connections import with_ssh_connections
-    from dlperf_tasks.settings import Settings
+    from dlperf_tasks.core.settings import Settings
 
     @dataclasses.dataclass(frozen=True)
     class WithConnections(Settings):

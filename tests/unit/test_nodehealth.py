@@ -1,4 +1,4 @@
-"""Node health (dlperf_tasks/nodehealth.py): suspects from per-node speeds, stragglers,
+"""Node health (dlperf_tasks/policy/nodehealth.py): suspects from per-node speeds, stragglers,
 errors and telemetry; the work-dir quarantine state."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from dlperf_tasks import nodehealth as NH
-
-
+from dlperf_tasks.policy import nodehealth as NH
+from dlperf_tasks.store.quarantine import STATE_FILE, Quarantine
 def _result(per_trial, nodes=("node1", "node2", "node3", "node4"), cell="s/bz32/fp32/1n1g", metric="throughput"):
     trials = [{"index": i + 1, "trial_id": f"{cell}/t{i + 1}", "status": st, "value": v, "node_names": [n],
                "exit_codes": {n: 0 if st == "OK" else 1}, "reason": "" if st == "OK" else "crash"}
@@ -54,14 +53,14 @@ def test_errors_xid_and_stragglers():
 
 
 def test_quarantine_state_persists_and_clears(tmp_path):
-    q = NH.Quarantine(tmp_path / "work")
+    q = Quarantine(tmp_path / "work")
     assert q.nodes() == {}
     q.add("node3", ["slower by 20 %"], run_id="r1")
-    again = NH.Quarantine(tmp_path / "work")  # another process: same file
+    again = Quarantine(tmp_path / "work")  # another process: same file
     assert again.nodes()["node3"]["evidence"] == ["slower by 20 %"] and again.nodes()["node3"]["run_id"] == "r1"
     assert again.clear("node3") is True and again.clear("node3") is False
-    assert json.loads((tmp_path / "work" / NH.STATE_FILE).read_text())["nodes"] == {}
-    (tmp_path / "work" / NH.STATE_FILE).write_text("[1]")
+    assert json.loads((tmp_path / "work" / STATE_FILE).read_text())["nodes"] == {}
+    (tmp_path / "work" / STATE_FILE).write_text("[1]")
     with pytest.raises(ValueError, match="malformed"):
         q.nodes()
 
@@ -76,12 +75,12 @@ def test_config_values():
 def test_cli_quarantine_list_and_clear(tmp_path, capsys):
     from dlperf_tasks.cli import main
 
-    NH.Quarantine(tmp_path).add("node3", ["slower than its peers by 20 %"], run_id="r1")
+    Quarantine(tmp_path).add("node3", ["slower than its peers by 20 %"], run_id="r1")
     assert main(["cluster", "quarantine", "--work-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "node3: since" in out and "slower than its peers by 20 %" in out
     assert main(["cluster", "clear", "node3", "--work-dir", str(tmp_path)]) == 0
-    assert NH.Quarantine(tmp_path).nodes() == {}
+    assert Quarantine(tmp_path).nodes() == {}
     assert main(["cluster", "clear", "node3", "--work-dir", str(tmp_path)]) == 2
     assert "node node3 is not quarantined" in capsys.readouterr().err
 

@@ -1,4 +1,4 @@
-"""Node health's margin (dlperf_tasks/nodehealth.py): a slow node must not hide behind the
+"""Node health's margin (dlperf_tasks/policy/nodehealth.py): a slow node must not hide behind the
 noise it causes in its peers' references, and shared noise must still name nobody.
 
 The first case has the shape of the CI sweep that named nobody (three 1n1g cells of five trials
@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import random
 
-from dlperf_tasks import nodehealth as NH
-
+from dlperf_tasks.policy import nodehealth as NH
 NODES = ("node1", "node2", "node3", "node4")
 
 

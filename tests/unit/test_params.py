@@ -82,7 +82,7 @@ def test_injection_strings_rejected_everywhere():
 def test_schema_patterns_match_the_planner_rules():
     import re
 
-    from dlperf_tasks.topology import Topology
+    from dlperf_tasks.core.topology import Topology
 
     pat = re.compile(params.TOPOLOGY_PATTERN)
     for good in ["1n1g", "2n8g", "16n8g", "10n8g"]:

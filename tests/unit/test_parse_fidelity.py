@@ -8,9 +8,9 @@ import math
 import pytest
 
 from dlperf_tasks.frameworks import get
-from dlperf_tasks.model import Cell, ParallelLayout, TrialStatus, Trial, Window
-from dlperf_tasks.topology import Topology
-from dlperf_tasks.validity import gate
+from dlperf_tasks.core.model import Cell, ParallelLayout, TrialStatus, Trial, Window
+from dlperf_tasks.core.topology import Topology
+from dlperf_tasks.measure.validity import gate
 from tests.unit import logwriters as W
 
 WIN = Window(20, 100)

@@ -10,8 +10,8 @@ import pytest
 
 from dlperf_tasks.catalog import load_suite
 from dlperf_tasks.cli import main
-from dlperf_tasks.errors import PlanError
-from dlperf_tasks.plan import Overrides, Plan, plan
+from dlperf_tasks.core.errors import PlanError
+from dlperf_tasks.catalog.plan import Overrides, Plan, plan
 
 
 def test_mxnet_bert_default_plan_order_and_ids():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dlperf_tasks.frameworks import get
-from dlperf_tasks.model import Cell, MetricKind, ParallelLayout, Trial, TrialMetric, TrialStatus, Window
-from dlperf_tasks.topology import Topology
-from dlperf_tasks.validity import DAY_MS, gate, plausibility_problem
+from dlperf_tasks.core.model import Cell, MetricKind, ParallelLayout, Trial, TrialMetric, TrialStatus, Window
+from dlperf_tasks.core.topology import Topology
+from dlperf_tasks.measure.validity import DAY_MS, gate, plausibility_problem
 from tests.unit import logwriters as W
 
 MEG_WIN = Window(10, 120)

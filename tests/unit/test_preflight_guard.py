@@ -19,12 +19,12 @@ import sys
 
 import pytest
 
-from dlperf_tasks import plan as P
+from dlperf_tasks.catalog import plan as P
 from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.frameworks.base import NodeSpec
 from dlperf_tasks.frameworks.preflight import LaunchGuardError, check, script_flags
-from dlperf_tasks.model import Trial
+from dlperf_tasks.core.model import Trial
 from dlperf_tasks.remote.local import launch_specs
 from tests.unit.test_standin import DIST
 
@@ -129,7 +129,7 @@ def test_tensorflow_precision_and_dtype_enum():
 
 
 def test_the_guard_reason_reaches_the_trial_without_starting_it(tmp_path):
-    from dlperf_tasks.model import TrialStatus
+    from dlperf_tasks.core.model import TrialStatus
     from dlperf_tasks.remote.local import run_trial
 
     suite, trial = _trial("mxnet-bert", topologies="1n1g", precisions="fp32")

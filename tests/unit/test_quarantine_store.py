@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.engine.rundir import RunDir
-from dlperf_tasks.errors import StoreError
-from dlperf_tasks.model import Trial
-from dlperf_tasks.nodehealth import STATE_FILE, Quarantine
-from dlperf_tasks.remote.allocation import usable_nodes
+from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core.model import Trial
+from dlperf_tasks.store.quarantine import STATE_FILE, Quarantine
+from dlperf_tasks.engine.placement import usable_nodes
 from dlperf_tasks.remote.inventory import Cluster
-from dlperf_tasks.settings import Settings
+from dlperf_tasks.core.settings import Settings
 from dlperf_tasks.store import Store
 from dlperf_tasks.store.layout import Layout
 from dlperf_tasks.store.state import StoreState

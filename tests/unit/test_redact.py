@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.redact import Redactor, Secrets, check_redacted, find_leaks, secrets_from_inventory
 from tests.fixtures.s3 import SAMPLE_INVENTORY
 

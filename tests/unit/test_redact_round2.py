@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf_tasks.errors import DlperfError, StoreError
+from dlperf_tasks.core.errors import DlperfError, StoreError
 from dlperf_tasks.store import RetryPolicy, Store
 from dlperf_tasks.store.leakscan import LeakScanner
 from dlperf_tasks.store.redact import Redactor

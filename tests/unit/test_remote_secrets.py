@@ -12,14 +12,14 @@ import shlex
 import pytest
 
 from dlperf_tasks.catalog.model import ContainerSpec
-from dlperf_tasks.errors import RemoteError, StoreError
+from dlperf_tasks.core.errors import RemoteError, StoreError
 from dlperf_tasks.frameworks.base import LaunchSpec
-from dlperf_tasks.model import Cell, Trial
+from dlperf_tasks.core.model import Cell, Trial
 from dlperf_tasks.remote import jobs
 from dlperf_tasks.remote import runtime as rt
 from dlperf_tasks.remote.connections import with_ssh_connections
 from dlperf_tasks.remote.inventory import Cluster, Node
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.topology import Topology
 
 SECRET = "s3cr3t-" + "value-9f2c"
 TRIAL = Trial(Cell("s", "pytorch_bert", "bert", "fp32", 32, Topology.parse("1n1g")), 1)

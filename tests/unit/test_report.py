@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from dlperf_tasks.model import MetricKind, ParallelLayout, Sample, Trial, TrialMetric, TrialResult, TrialStatus
+from dlperf_tasks.core.model import MetricKind, ParallelLayout, Sample, Trial, TrialMetric, TrialResult, TrialStatus
 from dlperf_tasks.report.markdown import latency_table, render_dlperf_text, render_markdown, throughput_table
 from dlperf_tasks.report.result_json import (ResultFormatError, build_result, dumps, load_result, write_result)
-from dlperf_tasks.stats import aggregate
+from dlperf_tasks.measure.stats import aggregate
 from tests.unit.dlperf_seed_data import SEEDS
 from tests.unit.test_stats import make_cell, ok, seed_results
 

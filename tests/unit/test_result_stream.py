@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.extract import extract_tree
-from dlperf_tasks.model import Sample, Samples, Window
+from dlperf_tasks.measure.extract import extract_tree
+from dlperf_tasks.core.model import Sample, Samples, Window
 from dlperf_tasks.report.result_json import dumps, validate
 from dlperf_tasks.report.result_stream import SampleSpool, samples_json, write_document, write_result_file
+from dlperf_tasks.report.result_json import extract_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,14 +45,14 @@ def _tree(tmp_path: Path) -> Path:
 
 def _old_and_new(d: Path, suite_id: str = "mxnet-bert", window=None) -> tuple[str, str, object]:
     suite = load_suite(suite_id)
-    old = dumps(extract_tree(suite, d, window=window).result())
+    old = dumps(extract_result(extract_tree(suite, d, window=window)))
     with SampleSpool() as spool:
         res = extract_tree(suite, d, window=window, keep_samples=False, sample_sink=spool.put)
         assert all(len(t.samples) == 0 for t in res.trials)  # nothing held after gating
         import io
 
         buf = io.BytesIO()
-        write_document(res.result(), spool, buf)
+        write_document(extract_result(res), spool, buf)
     return old, buf.getvalue().decode(), res
 
 
@@ -90,7 +91,7 @@ def test_cli_output_file_and_json_stdout_are_the_old_document(tmp_path, capsys):
     from dlperf_tasks.cli import main
 
     d = _tree(tmp_path)
-    old = dumps(extract_tree(load_suite("mxnet-bert"), d).result())
+    old = dumps(extract_result(extract_tree(load_suite("mxnet-bert"), d)))
     out = tmp_path / "r" / "result.json"
     assert main(["extract", "--suite", "mxnet-bert", "--log-dir", str(d), "--format", "json", "--quiet",
                  "--output", str(out)]) == 0

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from tests.fixtures import synth
-from dlperf_tasks.history.access import AccessDenied, open_viewer, viewer_for
+from dlperf_tasks.web.access import AccessDenied, open_viewer, viewer_for
 from dlperf_tasks.history.export import COLUMNS, run_csv, run_parquet, trial_rows
 from dlperf_tasks.history.links import dag_run_results_url, dag_run_url, results_url, run_note, task_url
 from dlperf_tasks.history.notify import failure_message, findings_message

@@ -11,8 +11,8 @@ from fastapi import Header, HTTPException
 from fastapi.testclient import TestClient
 
 from tests.fixtures import synth
-from dlperf_tasks.history.access import Viewer
-from dlperf_tasks.history.web import create_app
+from dlperf_tasks.web.access import Viewer
+from dlperf_tasks.web.app import create_app
 from dlperf_tasks.store.store import Store
 
 
@@ -115,7 +115,7 @@ def test_dag_run_tab_without_results_is_a_page_that_says_why(client):
 
 
 def test_login_redirect_only_for_a_browser_opening_a_page():
-    from dlperf_tasks.history.access import login_redirect
+    from dlperf_tasks.web.access import login_redirect
 
     html = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
     got = login_redirect("GET", html, "/auth/login", "http://h:8080/dlperf/?x=1")

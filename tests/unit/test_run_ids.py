@@ -9,10 +9,11 @@ import pytest
 
 from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.cli import main as cli_main
-from dlperf_tasks.errors import StoreError
-from dlperf_tasks.extract import extract_tree
-from dlperf_tasks.model import Window
+from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.measure.extract import extract_tree
+from dlperf_tasks.core.model import Window
 from dlperf_tasks.store import RetryPolicy, Store
+from dlperf_tasks.report.result_json import extract_result
 from tests.fixtures.s3 import SAMPLE_INVENTORY, make_run_dir
 
 FIX = Path(__file__).resolve().parent.parent / "data" / "fixture_logs"
@@ -34,13 +35,13 @@ def test_two_extractions_of_one_suite_get_two_ids_and_the_same_logs_one(tmp_path
     shutil.copytree(FIX / "mxnet_bert" / "bz32", a)
     shutil.copytree(FIX / "mxnet_bert" / "bz32" / "1n1g", b / "1n1g")  # another archive: one cell only
     ra, rb, ra2 = _extract(a), _extract(b), _extract(a)
-    ida, idb = ra.result()["run"]["run_id"], rb.result()["run"]["run_id"]
+    ida, idb = extract_result(ra)["run"]["run_id"], extract_result(rb)["run"]["run_id"]
     assert ida.startswith("extract-mxnet-bert-") and idb.startswith("extract-mxnet-bert-")
     assert ida != idb  # old code: both 'extract-mxnet-bert' -> the second publish replaced the first
-    assert ra2.result()["run"]["run_id"] == ida  # the same logs again: the same id (re-publish is a no-op)
+    assert extract_result(ra2)["run"]["run_id"] == ida  # the same logs again: the same id (re-publish is a no-op)
     c = tmp_path / "c"
     shutil.copytree(a, c)  # the same logs elsewhere: still the same id (no absolute path in the digest)
-    assert _extract(c).result()["run"]["run_id"] == ida
+    assert extract_result(_extract(c))["run"]["run_id"] == ida
 
 
 def test_publish_refuses_a_different_run_under_a_taken_id_naming_both(store, tmp_path):

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from dlperf_tasks.cli import main
-from dlperf_tasks.errors import StoreError
-from dlperf_tasks.safeurl import credential_problem, safe_url
-from dlperf_tasks.settings import Settings, SettingsError
+from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core.safeurl import credential_problem, safe_url
+from dlperf_tasks.core.settings import Settings, SettingsError
 from dlperf_tasks.store.s3backend import S3Settings
 from dlperf_tasks.store.store import Store
 

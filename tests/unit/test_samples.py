@@ -5,7 +5,7 @@ import pickle
 
 import pytest
 
-from dlperf_tasks.model import ParsedLog, Sample, Samples, Trial, TrialResult, TrialStatus
+from dlperf_tasks.core.model import ParsedLog, Sample, Samples, Trial, TrialResult, TrialStatus
 
 
 def _rows():
@@ -64,8 +64,8 @@ def test_parsed_log_and_trial_result_turn_lists_into_samples():
     assert isinstance(p.samples, Samples) and p.samples.value[0] == 250.5
     cols = Samples(_rows())
     assert ParsedLog(samples=cols).samples is cols  # no copy for a Samples
-    from dlperf_tasks.model import Cell, Window
-    from dlperf_tasks.topology import Topology
+    from dlperf_tasks.core.model import Cell, Window
+    from dlperf_tasks.core.topology import Topology
 
     cell = Cell(suite="s", framework="mxnet_bert", model="bert-base", precision="fp32", batch_size_per_device=32,
                 topology=Topology.parse("1n1g"), window=Window(20, 100))
@@ -76,7 +76,7 @@ def test_parsed_log_and_trial_result_turn_lists_into_samples():
 def test_lazy_loss_texts_are_converted_on_first_read_and_survive_copies():
     import operator
 
-    from dlperf_tasks.samples import LazyFloats
+    from dlperf_tasks.core.samples import LazyFloats
 
     s = Samples(_rows()[:1])
     s.add_columns([3, 4], [1.0, 2.0], "ms/iter", loss=LazyFloats(2, operator.add, "10.5\n9.25", "0.5\n0.75"))

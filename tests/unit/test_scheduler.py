@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf_tasks.scheduler import Job, Scheduler, lower_bound, simulate
+from dlperf_tasks.policy.scheduler import Job, Scheduler, lower_bound, simulate
 
 NODES4 = {"n1": 8, "n2": 8, "n3": 8, "n4": 8}
 

@@ -14,7 +14,7 @@ import pytest
 
 from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.cli import main
-from dlperf_tasks.extract import extract_tree
+from dlperf_tasks.measure.extract import extract_tree
 from tests.unit.genuine_corpus import entries, lay_out, read
 
 #: seed 001's table (sequences/s): GPUs -> FP32 BS=32, FP32 BS=48, AMP BS=64, AMP BS=96

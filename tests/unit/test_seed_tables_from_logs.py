@@ -10,10 +10,11 @@ import re
 import pytest
 
 from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.extract import extract_tree
-from dlperf_tasks.model import Window
+from dlperf_tasks.measure.extract import extract_tree
+from dlperf_tasks.core.model import Window
 from dlperf_tasks.report.markdown import latency_table, throughput_table
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.topology import Topology
+from dlperf_tasks.report.result_json import extract_result
 from tests.unit import logwriters as W
 from tests.unit.dlperf_seed_data import SEEDS
 
@@ -43,7 +44,7 @@ def test_seed_table_and_dict_from_logs(tmp_path, name):
     _write_seed_logs(tmp_path, seed)
     res = extract_tree(load_suite(seed["suite"]), tmp_path)
     assert all(t.valid for t in res.trials), [t.reason for t in res.trials if not t.valid]
-    result = res.result()
+    result = extract_result(res)
     assert throughput_table(result["cells"], seed["style"]) == seed["TABLE"]
     text = pprint.pformat(result["dlperf"][f"bz{seed['batch_size_per_device']}"])
     assert [l.strip() for l in text.splitlines()] == [l.strip() for l in seed["DICT_TEXT"].splitlines()]
@@ -86,7 +87,7 @@ def test_seed_001_table_from_logs_with_gradient_accumulation(tmp_path):
     res = extract_tree(load_suite("pytorch-bert"), tmp_path, window=Window(20, 100))
     assert all(t.valid for t in res.trials), [t.reason for t in res.trials if not t.valid]
     assert {t.metric.details["samples_per_step"] for t in res.trials} == {b * acc * g for _, b, g in want}
-    result = res.result()
+    result = extract_result(res)
     assert _cells_of(seed_001_table(result)) == _cells_of(SEED_001_TABLE)
     # and the Paddle-convention index files (H4's writer) carry the same speeds, one file per cell
     import json
@@ -144,7 +145,7 @@ def test_seed_002_every_case_latency_from_its_published_log_names(tmp_path):
             W.write(tmp_path / case / pattern.format(k=k), text)
     res = extract_tree(suite, tmp_path)
     assert len(res.trials) == 18 and all(t.valid for t in res.trials), [t.reason for t in res.trials if not t.valid]
-    result = res.result()
+    result = extract_result(res)
     assert {c: v["latency_ms"] for c, v in result["dlperf"]["latency"].items()} == {
         c: lat for c, (_, lat) in SEED_002.items()}
     table = latency_table(result["cells"])
@@ -162,14 +163,14 @@ def test_result_json_carries_memory_source_and_framework_figure(tmp_path):
 
     W.write(tmp_path / "meg" / "DP_1x1x1_2_1536x16" / "1n1g" / "1" /
             "megatron_lm_perf_1n1g_dp1_mp1_pp1_mbs2_gbs2_pretrain_0.log", W.megatron(list(range(10, 131, 10)), 464.12))
-    result = extract_tree(load_suite("megatron-gpt"), tmp_path / "meg").result()
+    result = extract_result(extract_tree(load_suite("megatron-gpt"), tmp_path / "meg"))
     metric = result["cells"][0]["trials"][0]["metric"]
     assert metric["memory_mib"] == 13694.0 and metric["memory_source"].startswith("log: max reserved (MB)")
     back = trials_from_result(load_result(write_result(result, tmp_path / "r.json")))
     assert back[0].metric.memory_source == metric["memory_source"]
 
     W.write(tmp_path / "pt" / "1n1g" / "bert_b96_fp16_1.log", W.dle(list(range(1, 131)), 96 / 500.0, figure=450.0))
-    result = extract_tree(load_suite("pytorch-bert"), tmp_path / "pt", window=Window(20, 100)).result()
+    result = extract_result(extract_tree(load_suite("pytorch-bert"), tmp_path / "pt", window=Window(20, 100)))
     details = result["cells"][0]["trials"][0]["metric"]["details"]
     assert details["framework_figure"] == 450.0 and details["framework_figure_name"] == "DLE training_sequences_per_second"
     assert "differs from dlperf's 500.00" in details["flags"][0]

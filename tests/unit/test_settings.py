@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf_tasks import settings as S
-from dlperf_tasks.settings import Settings, SettingsError
+from dlperf_tasks.core import settings as S
+from dlperf_tasks.core.settings import Settings, SettingsError
 
 
 def test_one_default_store_is_the_checkout_run_store(monkeypatch):

@@ -9,8 +9,8 @@ import pytest
 
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.frameworks.base import NodeSpec
-from dlperf_tasks.model import Cell, Trial, TrialStatus, Window
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.model import Cell, Trial, TrialStatus, Window
+from dlperf_tasks.core.topology import Topology
 
 FW = get("smoke_bert")
 

@@ -15,7 +15,7 @@ import pytest
 from dlperf_tasks.catalog import patches
 from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.catalog.nodefiles import find_data_file
-from dlperf_tasks.errors import CatalogError
+from dlperf_tasks.core.errors import CatalogError
 
 EXCERPTS = Path(__file__).resolve().parents[1] / "data" / "upstream_excerpts"
 APPLIER = patches.BUILTIN_DATA_DIR / patches.APPLIER

@@ -25,8 +25,8 @@ import pytest
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.frameworks._lines import read_log
 from dlperf_tasks.frameworks.base import LaunchSpec, NodeSpec
-from dlperf_tasks.model import Cell, MetricKind, ParallelLayout, Trial, Window
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.model import Cell, MetricKind, ParallelLayout, Trial, Window
+from dlperf_tasks.core.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
 ROOTFS = ROOT / "docker" / "standin" / "rootfs"
@@ -186,8 +186,8 @@ def test_crash_injection_fails_the_launcher_and_the_log(tmp_path):
     # how far rank 0 got before the launcher stopped it depends on the machine's load (none of
     # its steps, or all of them: then the speed rule still yields the raw value, which the gate
     # keeps beside the non-OK status by design); the gate refuses the trial either way, naming the crash
-    from dlperf_tasks.model import TrialStatus
-    from dlperf_tasks.validity import gate
+    from dlperf_tasks.core.model import TrialStatus
+    from dlperf_tasks.measure.validity import gate
 
     res = gate(f, Trial(cell, 1), parsed, exit_codes={"node1": codes[0]})
     assert res.status is TrialStatus.NONZERO_EXIT and not res.valid, res

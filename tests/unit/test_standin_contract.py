@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from dlperf_tasks.frameworks import get
-from dlperf_tasks.model import ParallelLayout, Trial
+from dlperf_tasks.core.model import ParallelLayout, Trial
 from dlperf_tasks.remote.envcapture import nccl_transport
 from tests.unit.test_standin import BASE_CONFIG, DIST, ROOTFS, STANDIN, TIME_SCALE, _cell, _nodes, _settings, _start
 
@@ -144,8 +144,8 @@ def test_required_flags_of_the_real_script(tmp_path):
 def test_the_trials_reason_names_what_the_script_refused(tmp_path):
     """The validity gate's reason carries the stand-in's own message (argparse / setup check line)."""
     from dlperf_tasks.frameworks._lines import read_log
-    from dlperf_tasks.model import Window
-    from dlperf_tasks.validity import gate
+    from dlperf_tasks.core.model import Window
+    from dlperf_tasks.measure.validity import gate
 
     f = get("pytorch_bert")
     cell = _cell("pytorch_bert", 32, "1n1g")

@@ -53,8 +53,8 @@ def test_mxnet_bert_without_data_trains_nothing_and_exits_0(tmp_path):
     """gluon-nlp builds the model and skips training when --data is unset: no step line, status 0;
     dlperf's gate then refuses the trial (no iteration line), never the configured speed."""
     from dlperf_tasks.frameworks._lines import read_log
-    from dlperf_tasks.model import Trial, Window
-    from dlperf_tasks.validity import gate
+    from dlperf_tasks.core.model import Trial, Window
+    from dlperf_tasks.measure.validity import gate
 
     script = ROOTFS / "workspace" / "gluon-nlp" / "scripts" / "bert" / "run_pretraining.py"
     log = tmp_path / "node0.log"
@@ -122,7 +122,7 @@ def test_the_applier_runs_in_front_of_the_real_command_on_the_overlay(tmp_path):
     settings = {"env": {"PYTHONPATH": str(DIST), "DLPERF_STANDIN_TIME_SCALE": "0.002", "DLPERF_STANDIN_SPEED": "300"},
                 "python": sys.executable, "node_files_dir": str(patches.applier().__file__.rsplit("/", 1)[0])}
     f = get("mxnet_resnet50")
-    from dlperf_tasks.model import Trial
+    from dlperf_tasks.core.model import Trial
 
     spec = f.launch(Trial(cell, 1), 0, _nodes(1, 1), settings)
     wrapped = LaunchSpec(argv=patches.wrap(suite, spec.argv, spec.workdir, settings), env=spec.env,
@@ -143,8 +143,8 @@ def test_the_applier_runs_in_front_of_the_real_command_on_the_overlay(tmp_path):
 def test_a_log_that_trained_another_precision_is_invalid_with_the_reason(tmp_path):
     """What the stand-in prints follows the launched precision (Namespace dtype, DLE's fp16), and the
     gate compares it with the cell: a run of the wrong precision never passes as the cell's number."""
-    from dlperf_tasks.model import Trial
-    from dlperf_tasks.validity import gate
+    from dlperf_tasks.core.model import Trial
+    from dlperf_tasks.measure.validity import gate
 
     for fw, cell, extra, want in (
             ("mxnet_bert", _cell("mxnet_bert", 32, "1n1g", "amp"), ["--dtype", "float32"],

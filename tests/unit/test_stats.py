@@ -5,9 +5,9 @@ import pprint
 
 import pytest
 
-from dlperf_tasks.model import Cell, MetricKind, ParallelLayout, Trial, TrialMetric, TrialResult, TrialStatus
-from dlperf_tasks.stats import aggregate, config_key, dlperf_dict
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.model import Cell, MetricKind, ParallelLayout, Trial, TrialMetric, TrialResult, TrialStatus
+from dlperf_tasks.measure.stats import aggregate, config_key, dlperf_dict
+from dlperf_tasks.core.topology import Topology
 from tests.unit.dlperf_seed_data import SEEDS
 
 

@@ -4,10 +4,10 @@ import math
 from pathlib import Path
 
 from dlperf_tasks import frameworks
-from dlperf_tasks.extract import _decode_stream
-from dlperf_tasks.model import Cell, LogFacts, ParsedLog, Sample, Trial, TrialStatus, Window
-from dlperf_tasks.topology import Topology
-from dlperf_tasks.validity import gate, iteration_problems
+from dlperf_tasks.measure.extract import _decode_stream
+from dlperf_tasks.core.model import Cell, LogFacts, ParsedLog, Sample, Trial, TrialStatus, Window
+from dlperf_tasks.core.topology import Topology
+from dlperf_tasks.measure.validity import gate, iteration_problems
 
 FIX = Path(__file__).resolve().parent.parent / "data" / "fixture_logs"
 TF_LOG = FIX / "tensorflow_bert/bz32/1n1g/bert_b32_fp32_1.log"
@@ -62,7 +62,7 @@ def test_missing_line_in_the_middle():
 
 def test_non_finite_and_non_positive_values_and_markers():
     from dlperf_tasks.frameworks.base import Framework
-    from dlperf_tasks.model import TrialMetric
+    from dlperf_tasks.core.model import TrialMetric
 
     class Plain(Framework):
         name = "plain"

@@ -1,11 +1,11 @@
-"""Steady-state trend test, warm-up suggestion and loss band (dlperf_tasks/steady.py)."""
+"""Steady-state trend test, warm-up suggestion and loss band (dlperf_tasks/measure/steady.py)."""
 
 from __future__ import annotations
 
 import random
 
-from dlperf_tasks import steady
-from dlperf_tasks.model import Sample
+from dlperf_tasks.measure import steady
+from dlperf_tasks.core.model import Sample
 
 
 def _noisy(n, level=100.0, sd=1.0, seed=1):

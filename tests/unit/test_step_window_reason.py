@@ -4,7 +4,7 @@ the same wording, counted in steps, each with its own label and skip."""
 from __future__ import annotations
 
 from dlperf_tasks.frameworks._lines import window_problems
-from dlperf_tasks.model import Sample, TrialStatus, Window
+from dlperf_tasks.core.model import Sample, TrialStatus, Window
 from tests.unit import logwriters as W
 from tests.unit.test_parse_fidelity import run, trial
 

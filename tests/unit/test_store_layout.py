@@ -2,7 +2,7 @@
 
 import pytest
 
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.layout import Layout, date_of, validate_relpath, validate_run_id, validate_suite
 
 

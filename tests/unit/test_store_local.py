@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.cli import main as cli_main
-from dlperf_tasks.errors import StoreError
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store import RetryPolicy, Store
 from dlperf_tasks.store.spool import SPOOL_DIR
 from tests.fixtures.s3 import SAMPLE_INVENTORY, make_run_dir

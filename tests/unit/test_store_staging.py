@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.engine.rundir import RunDir
-from dlperf_tasks.errors import StoreError
-from dlperf_tasks.model import Cell, Trial, TrialMetric, TrialResult, TrialStatus
-from dlperf_tasks.settings import Settings
-from dlperf_tasks.store import Store, staging
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core.model import Cell, Trial, TrialMetric, TrialResult, TrialStatus
+from dlperf_tasks.core.settings import Settings
+from dlperf_tasks.engine import staging
+from dlperf_tasks.store import Store
+from dlperf_tasks.core.topology import Topology
 
 RUN_ID = "smoke-20260101T000000-abc123"
 LOG = "logs/smoke/t1.log"

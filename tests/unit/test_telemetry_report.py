@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from dlperf_tasks.model import Cell, Sample, Trial, TrialMetric, TrialResult, TrialStatus, Window
+from dlperf_tasks.core.model import Cell, Sample, Trial, TrialMetric, TrialResult, TrialStatus, Window
 from dlperf_tasks.report.result_json import build_result
-from dlperf_tasks.stats import aggregate
+from dlperf_tasks.measure.stats import aggregate
 from dlperf_tasks.telemetry import NodeRaw, report
 from dlperf_tasks.telemetry.sampler import load_raw, save_raw
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.topology import Topology
 
 T0 = 1795406400.0  # 2026-11-23 04:00:00 UTC
 

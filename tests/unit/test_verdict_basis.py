@@ -11,11 +11,11 @@ from fastapi.testclient import TestClient
 
 from dlperf_tasks.cli import main as cli_main
 from dlperf_tasks.history import check
-from dlperf_tasks.history.access import Viewer
+from dlperf_tasks.web.access import Viewer
 from dlperf_tasks.history.basis import basis_line, basis_of, summarize
 from dlperf_tasks.history.links import run_note
 from dlperf_tasks.history.notify import findings_message
-from dlperf_tasks.history.web import create_app
+from dlperf_tasks.web.app import create_app
 from dlperf_tasks.store import Store
 from tests.fixtures import synth
 from tests.fixtures.s3 import make_run_dir

@@ -1,12 +1,12 @@
 """Node health: name the node that is slower than its peers or has errors, and keep it out.
 
-Pure logic plus one small JSON state file (no SSH, no Airflow). Evidence, per node and trial:
+Pure logic (no SSH, no store, no Airflow); the quarantine state lives in :mod:`dlperf_tasks.store.quarantine`. Evidence, per node and trial:
 
 * **single-node trials** of one cell that ran on different nodes (the packed scheduler spreads
   them): a trial's slow-down = how much worse its value is than the median of the same
   cell's valid trials on the *other* nodes (throughput: ``1 - v / peers``; latency:
   ``v / peers - 1``);
-* **multi-node trials**: :mod:`dlperf_tasks.stragglers` compares the nodes of one trial by
+* **multi-node trials**: :mod:`dlperf_tasks.measure.stragglers` compares the nodes of one trial by
   their per-rank step times; its ``slowdown`` per node is taken as is;
 * **errors**: a node whose exit code was non-zero in a trial that did not end OK;
 * **telemetry** (when present): GPU throttling and XID errors per node
@@ -33,17 +33,11 @@ remains for callers without settings (tests, a library user's sweep).
 
 from __future__ import annotations
 
-import fcntl
-import json
 import math
-import os
 import statistics
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-STATE_FILE = "quarantine.json"
 REPORT_HEADING = "## Node health"
 MAD_SCALE = 1.4826
 PAIR_SPAN = 10  # node_margin: each trial's slow-down is differenced with its node's next 10
@@ -305,81 +299,3 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         q = " (quarantined)" if n["node"] in doc.get("quarantined", []) else ""
         lines.append(f"- **{n['node']}** suspect{q}: " + " / ".join(n.get("evidence", [])))
     return "\n".join(lines) + "\n"
-
-
-# ---- quarantine state (service: persisted in the run store) ------------------------------
-def _empty() -> dict:
-    return {"schema_version": 1, "nodes": {}}
-
-
-def _checked(doc: Any, where: str) -> dict:
-    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), dict):
-        raise ValueError(f"quarantine state {where} is malformed (no 'nodes' mapping)")
-    return doc
-
-
-class _FileState:
-    """``<dir>/quarantine.json``; updates hold an flock on ``quarantine.json.lock`` and replace
-    the file atomically (one host only)."""
-
-    def __init__(self, directory: str | os.PathLike):
-        self.path = Path(directory) / STATE_FILE
-        self.where = str(self.path)
-
-    def read(self) -> Any:
-        try:
-            return json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return _empty()
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"quarantine state {self.path} is unreadable: {exc}") from None
-
-    def update(self, change) -> Any:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_suffix(".json.lock"), "a+") as lk:
-            fcntl.flock(lk, fcntl.LOCK_EX)
-            doc = _checked(self.read(), self.where)
-            out = change(doc)
-            tmp = self.path.with_suffix(f".json.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-            os.replace(tmp, self.path)
-            return out
-
-
-class Quarantine:
-    """The quarantined nodes: ``{schema_version, nodes: {node: {since, run_id, evidence}}}``.
-
-    ``location``: a :class:`dlperf_tasks.store.Store` (the service: ``state/quarantine.json``,
-    shared by every worker and host; :meth:`for_settings`) or a directory (``quarantine.json``
-    in it, one host)."""
-
-    def __init__(self, location):
-        if hasattr(location, "backend") and hasattr(location, "layout"):
-            from dlperf_tasks.store.state import StoreState
-
-            self.state = StoreState(location, "quarantine", _empty)
-        else:
-            self.state = _FileState(location)
-        self.where = self.state.where
-
-    @classmethod
-    def for_settings(cls, settings) -> "Quarantine":
-        """The service's quarantine: in the store of ``settings.store_url``."""
-        from dlperf_tasks.store import Store
-
-        return cls(Store.from_settings(settings.store_url))
-
-    def read(self) -> dict:
-        return _checked(self.state.read(), self.where)
-
-    def nodes(self) -> dict[str, dict]:
-        return dict(self.read()["nodes"])
-
-    def add(self, node: str, evidence: Sequence[str], run_id: str = "") -> None:
-        entry = {"since": datetime.now(timezone.utc).isoformat(timespec="seconds"), "run_id": run_id,
-                 "evidence": list(evidence)}
-        self.state.update(lambda doc: _checked(doc, self.where)["nodes"].__setitem__(node, entry))
-
-    def clear(self, node: str) -> bool:
-        """Take ``node`` out of quarantine; False when it was not quarantined."""
-        return self.state.update(lambda doc: _checked(doc, self.where)["nodes"].pop(node, None) is not None)

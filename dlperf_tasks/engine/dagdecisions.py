@@ -1,6 +1,6 @@
 """Issue 17 in the per-trial DAG path: adaptive trial count and node health / quarantine.
 
-``dlperf sweep`` takes these decisions in its scheduling loop (:mod:`dlperf_tasks.decisions`);
+``dlperf sweep`` takes these decisions in its scheduling loop (:mod:`dlperf_tasks.engine.decisions`);
 a DAG run has no loop, only one mapped task per planned trial, so the same rules run at two
 points of the engine's steps instead (no Airflow here):
 
@@ -15,7 +15,7 @@ points of the engine's steps instead (no Airflow here):
   speeds, straggler reports and telemetry facts name suspect nodes; with quarantine on they go
   into the service's quarantine state (``state/quarantine.json`` in the settings' run store,
   shared by every worker host; the one ``dlperf cluster quarantine/clear`` shows and clears), which the trial step's lease allocation honours
-  (:func:`dlperf_tasks.remote.allocation.usable_nodes`). result.json gets ``run.adaptive`` and
+  (:func:`dlperf_tasks.engine.placement.usable_nodes`). result.json gets ``run.adaptive`` and
   ``run.node_health``, report.md the "Adaptive trials" / "Node health" sections, the run dir
   ``adaptive.json`` / ``node-health.json``, exactly as the sweep writes them.
 
@@ -28,10 +28,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from dlperf_tasks import adaptive as ad
-from dlperf_tasks import nodehealth as nh
-from dlperf_tasks.decisions import health_for, policy_for
-from dlperf_tasks.model import Trial, TrialResult, TrialStatus
+from dlperf_tasks.policy import adaptive as ad
+from dlperf_tasks.policy import nodehealth as nh
+from dlperf_tasks.store.quarantine import Quarantine
+from dlperf_tasks.engine.decisions import health_for, policy_for
+from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 
 SKIP_PREFIX = "not needed (adaptive stop"
 
@@ -146,10 +147,10 @@ def after_aggregate(summaries: list[Mapping[str, Any]], settings) -> list[dict]:
     """Adaptive summary and node health of every aggregated run of a DAG run; suspects are
     quarantined when the run (or suite) asks for it. Returns one ``{run_id, suspects,
     quarantined, adaptive}`` per run (for the task log)."""
-    from dlperf_tasks.decisions import write_docs
+    from dlperf_tasks.engine.decisions import write_docs
     from dlperf_tasks.engine.rundir import RunDir
     from dlperf_tasks.engine.setup import load_suite
-    from dlperf_tasks.plan import Plan
+    from dlperf_tasks.catalog.plan import Plan
     from dlperf_tasks.report.result_json import load_result
 
     out = []
@@ -171,7 +172,7 @@ def after_aggregate(summaries: list[Mapping[str, Any]], settings) -> list[dict]:
                                  nh.telemetry_facts(result), health)
         suspects = {v.node: v.evidence for v in verdicts if v.suspect}
         if health.quarantine and suspects:
-            q = nh.Quarantine.for_settings(settings)
+            q = Quarantine.for_settings(settings)
             for node, evidence in suspects.items():
                 q.add(node, evidence, s["run_id"])
         health_doc = nh.to_doc(verdicts, suspects if health.quarantine else ())

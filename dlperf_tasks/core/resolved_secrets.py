@@ -10,7 +10,7 @@ as it does for the secret-looking variables of the environment.
 Values are kept in memory only, never printed. A private key's text is registered line by line
 (the body lines), since a log can only hold it a line at a time.
 
-    from dlperf_tasks import resolved_secrets
+    from dlperf_tasks.core import resolved_secrets
     resolved_secrets.remember(node.password)
     resolved_secrets.values()   # every registered value, longest first
 """

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
-from dlperf_tasks.errors import DlperfError
-from dlperf_tasks.safeurl import refusal, safe_url
+from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.core.safeurl import refusal, safe_url
 
 POLICIES = ("continue", "fail_fast")
 REDACTIONS = ("ips", "hostnames", "users")
@@ -36,12 +36,12 @@ Getter = Callable[[str, "str | None"], "str | None"]
 
 class SettingsError(DlperfError, ValueError):
     """A setting has a bad value (the message names the key and where it came from; a store URL
-    only in its safe form, :func:`dlperf_tasks.safeurl.safe_url`)."""
+    only in its safe form, :func:`dlperf_tasks.core.safeurl.safe_url`)."""
 
 
 def project_root() -> Path:
     """The checkout (or install) root: the parent of the ``dlperf_tasks`` package."""
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def data_dir() -> Path:

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from dlperf_tasks.model import Sample, Trial, TrialResult, Window
+from dlperf_tasks.core.model import Sample, Trial, TrialResult, Window
 
 #: default relative slow-down that makes a node a straggler (0.10 = 10 % slower than the others)
 DEFAULT_THRESHOLD = 0.10

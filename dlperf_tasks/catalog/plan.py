@@ -1,7 +1,7 @@
 """Turn a suite (+ user overrides) into cells and trials.
 
     from dlperf_tasks.catalog import load_suite
-    from dlperf_tasks.plan import Overrides, plan
+    from dlperf_tasks.catalog.plan import Overrides, plan
     p = plan(load_suite("mxnet-bert"), Overrides(topologies=("1n1g", "1n8g"), trials=3))
     print(p.summary())
 
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from dlperf_tasks.catalog.model import Suite
-from dlperf_tasks.errors import PlanError
-from dlperf_tasks.model import Cell, Trial, Window
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.errors import PlanError
+from dlperf_tasks.core.model import Cell, Trial, Window
+from dlperf_tasks.core.topology import Topology
 
 PLAN_SCHEMA_VERSION = 1
 # size limits, checked BEFORE anything is expanded (a 32-digit node count or --trials 9999999999

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dlperf_tasks.errors import PlanError
+from dlperf_tasks.core.errors import PlanError
 
 _TOPO_RE = re.compile(r"^(?P<nodes>[1-9]\d*)n(?P<gpus>[1-9]\d*)g$")
 

@@ -11,8 +11,8 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dlperf_tasks.samples import Sample, Samples, as_samples  # noqa: F401 (Sample re-exported)
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.samples import Sample, Samples, as_samples  # noqa: F401 (Sample re-exported)
+from dlperf_tasks.core.topology import Topology
 
 
 class Precision(str, enum.Enum):

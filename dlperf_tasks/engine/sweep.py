@@ -24,8 +24,8 @@ from dlperf_tasks.engine.progress import Display
 from dlperf_tasks.engine.rundir import RunDir, now_iso
 from dlperf_tasks.engine.schedule import Batch, run_locally, run_scheduled
 from dlperf_tasks.engine.setup import prepare_local, prepare_nodes
-from dlperf_tasks.errors import DlperfError, RemoteError
-from dlperf_tasks.model import TrialResult
+from dlperf_tasks.core.errors import DlperfError, RemoteError
+from dlperf_tasks.core.model import TrialResult
 from dlperf_tasks.remote import nodeclean
 from dlperf_tasks.remote.allocation import Leases
 from dlperf_tasks.remote.inventory import Cluster
@@ -75,7 +75,7 @@ def _quarantine(opts: SweepOptions):
         return None
     if opts.settings is None:
         return opts.work_dir
-    from dlperf_tasks.nodehealth import Quarantine
+    from dlperf_tasks.store.quarantine import Quarantine
 
     return Quarantine.for_settings(opts.settings)
 
@@ -94,7 +94,7 @@ def start_run(suite, plan, out_dir, opts: SweepOptions, cluster_name: str) -> Ru
 
 def run_sweep(suite, plan, cluster: Cluster | None, out_dir: str | os.PathLike, options: SweepOptions | None = None,
               stop_event: threading.Event | None = None) -> SweepResult:
-    """Run ``plan`` (from :func:`dlperf_tasks.plan.plan`) of ``suite`` on ``cluster``; write ``out_dir``."""
+    """Run ``plan`` (from :func:`dlperf_tasks.catalog.plan.plan`) of ``suite`` on ``cluster``; write ``out_dir``."""
     opts = options or SweepOptions()
     if opts.image and suite.container is None:
         raise DlperfError(f"suite {suite.id} runs on the host (no container); --image does not apply")
@@ -106,7 +106,7 @@ def run_sweep(suite, plan, cluster: Cluster | None, out_dir: str | os.PathLike, 
     display = Display(opts.progress, len(todo))
     if reused:
         display.emit(f"{len(reused)} trial(s) already valid in {rd.path}; running the {len(todo)} missing or invalid")
-    from dlperf_tasks.decisions import for_sweep
+    from dlperf_tasks.engine.decisions import for_sweep
 
     dec = for_sweep(suite, todo, reused, adaptive=opts.adaptive, node_health=opts.node_health, work_dir=_quarantine(opts),
                     run_id=rd.run_id, nodes=(opts.nodes or cluster.names) if cluster else (), run_dir=rd.path)

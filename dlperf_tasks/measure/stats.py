@@ -7,12 +7,12 @@ DLPerf rules (seeds 000, 003, 004):
 * ``median_speed = round(median(trial speeds), 2)``,
   ``average_speed = round(sum / n, 2)``;
 * ``speedup = round(median_speed / median_speed of 1n1g, 2)`` where 1n1g is the cell
-  with the same :attr:`~dlperf_tasks.model.Cell.baseline_key` (model, precision, XLA,
+  with the same :attr:`~dlperf_tasks.core.model.Cell.baseline_key` (model, precision, XLA,
   batch size per device).
 
 Differences from DLPerf, on purpose:
 
-* invalid trials (see :mod:`dlperf_tasks.validity`) are counted and kept, never averaged
+* invalid trials (see :mod:`dlperf_tasks.measure.validity`) are counted and kept, never averaged
   in (DLPerf's scripts crashed or counted them as 0);
 * a cell without a valid 1n1g baseline gets ``speedup = None`` and
   ``speedup_state = "missing_baseline"``, never 1.0;
@@ -32,8 +32,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from dlperf_tasks.model import Cell, MetricKind, TrialResult
-from dlperf_tasks.topology import BASELINE
+from dlperf_tasks.core.model import Cell, MetricKind, TrialResult
+from dlperf_tasks.core.topology import BASELINE
 
 #: speedup_state values
 SPEEDUP_BASELINE = "baseline"  # this cell is the 1n1g baseline (speedup 1.0)

@@ -22,9 +22,10 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from dlperf_tasks import adaptive as ad
-from dlperf_tasks import nodehealth as nh
-from dlperf_tasks.model import Trial, TrialResult
+from dlperf_tasks.policy import adaptive as ad
+from dlperf_tasks.policy import nodehealth as nh
+from dlperf_tasks.store.quarantine import Quarantine
+from dlperf_tasks.core.model import Trial, TrialResult
 
 ADAPTIVE_FILE = "adaptive.json"
 HEALTH_FILE = "node-health.json"
@@ -49,7 +50,7 @@ def results_doc(results: Iterable[TrialResult]) -> dict[str, Any]:
 
 class SweepDecisions:
     def __init__(self, trials: Sequence[Trial], *, adaptive: ad.AdaptivePolicy | None = None,
-                 health: nh.HealthConfig | None = None, work_dir: str | os.PathLike | nh.Quarantine | None = None,
+                 health: nh.HealthConfig | None = None, work_dir: str | os.PathLike | Quarantine | None = None,
                  run_id: str = "", nodes: Iterable[str] = (),
                  straggler_report: Callable[[TrialResult], Mapping[str, Any] | None] | None = None,
                  telemetry: Callable[[], Mapping[str, Any]] | None = None):
@@ -58,7 +59,7 @@ class SweepDecisions:
         self.health = health or nh.HealthConfig()
         self.quarantine = None  # work_dir: a Quarantine (the service's, in the store) or a directory
         if work_dir is not None and work_dir != "" and self.health.quarantine:
-            self.quarantine = work_dir if isinstance(work_dir, nh.Quarantine) else nh.Quarantine(work_dir)
+            self.quarantine = work_dir if isinstance(work_dir, Quarantine) else Quarantine(work_dir)
         self.run_id = run_id
         self.nodes = list(nodes)
         self.straggler_report = straggler_report
@@ -246,7 +247,7 @@ def health_for(suite, params: Mapping[str, Any] | None) -> nh.HealthConfig:
 
 
 def for_sweep(suite, todo: Sequence[Trial], reused: Sequence[TrialResult], *, adaptive: Any = None,
-              node_health: Any = None, work_dir: str | os.PathLike | nh.Quarantine | None = None, run_id: str = "",
+              node_health: Any = None, work_dir: str | os.PathLike | Quarantine | None = None, run_id: str = "",
               nodes: Iterable[str] = (), run_dir: str | os.PathLike | None = None) -> SweepDecisions:
     """The decisions of one sweep, by the DAG's rules (:func:`policy_for`, :func:`health_for`):
     ``adaptive`` (true / a CI width / a mapping) else the suite's field; ``node_health`` true/false
@@ -256,8 +257,7 @@ def for_sweep(suite, todo: Sequence[Trial], reused: Sequence[TrialResult], *, ad
            else health_for(suite, {"quarantine": node_health}))
 
     def straggler(r: TrialResult) -> Mapping[str, Any] | None:
-        from dlperf_tasks import stragglers
-
+        from dlperf_tasks.measure import stragglers
         return stragglers.from_run_dir(r, run_dir).to_dict() if run_dir else None
 
     dec = SweepDecisions(todo, adaptive=pol, health=cfg, work_dir=work_dir, run_id=run_id, nodes=nodes,

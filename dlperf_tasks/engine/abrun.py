@@ -1,7 +1,7 @@
 """Run an A/B confirmation plan (``history/confirm.py``) with the engine.
 
 Round by round, image A then image B, each a one-trial-per-cell sweep of the plan's cells
-(``dlperf_tasks.sweep.run_sweep`` with ``SweepOptions(image=..., nodes=...)``) on the SAME
+(``dlperf_tasks.engine.sweep.run_sweep`` with ``SweepOptions(image=..., nodes=...)``) on the SAME
 nodes: the first round's nodes are kept for every later round, so A and B share hardware.
 Each step is its own run dir under ``out_root`` (``r<round>-<A|B>``); the values per variant
 and cell and the A/B environments come back for :func:`dlperf_tasks.history.confirm.judge`.
@@ -15,14 +15,14 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from dlperf_tasks.errors import DlperfError
+from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.history.cellspec import parse_cell_id
 from dlperf_tasks.history.confirm import ConfirmPlan
 
 
 def plan_for(suite, cells: list[str], trials: int = 1):
     """The suite's plan reduced to ``cells``, ``trials`` trials each (one per A/B round)."""
-    from dlperf_tasks.plan import plan as make_plan
+    from dlperf_tasks.catalog.plan import plan as make_plan
 
     topos = sorted({parse_cell_id(c).topology for c in cells})
     p = make_plan(suite, {"topologies": ",".join(topos), "trials": trials})
@@ -65,7 +65,7 @@ def run_ab(plan: ConfirmPlan, suite, cluster, out_root: str | os.PathLike, *, no
            sweep: Callable[..., Any] | None = None) -> tuple[dict[str, dict[str, list]], dict, dict]:
     """Execute ``plan`` (A B A B ...). Returns ``(values, env_a, env_b)`` with
     ``values[variant][cell_id] = [value or None per round]``."""
-    from dlperf_tasks.sweep import SweepOptions, run_sweep
+    from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 
     sweep = sweep or run_sweep
     plan.image_a, plan.image_b = resolve_ref(plan.image_a, cluster), resolve_ref(plan.image_b, cluster)

@@ -15,7 +15,7 @@ Policies
 
 ``cooldown_s`` keeps a node idle for that long after each trial (default 0).
 
-The same :class:`Scheduler` drives the real sweep (``dlperf_tasks.sweep``) and
+The same :class:`Scheduler` drives the real sweep (``dlperf_tasks.engine.sweep``) and
 :func:`simulate`, which computes the makespan for given trial durations, next to
 :func:`lower_bound` (max of total node-seconds / nodes and the longest trial).
 """

@@ -11,7 +11,7 @@ A loss column may be given as text (:class:`LazyFloats`): its values are convert
 conversion was a fifth of the MXNet BERT parse. The parser checks the text first (plain decimal
 numbers only), so the conversion cannot fail and every value is finite.
 
-:mod:`dlperf_tasks.model` re-exports these names; pure data, no I/O.
+:mod:`dlperf_tasks.core.model` re-exports these names; pure data, no I/O.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ prints). The triggered run goes through the engine's usual steps with a differen
   digest) and B (the flagged run's), each with the finding's cells and one trial per round; the
   trial items are interleaved A B A B (round by round) and every item carries its run's image;
   both runs pin the same nodes (plan.json ``nodes``; the trial step's lease allocation takes only
-  those, :func:`dlperf_tasks.remote.allocation.usable_nodes`). Adaptive trials are off.
+  those, :func:`dlperf_tasks.engine.placement.usable_nodes`). Adaptive trials are off.
 * prepare, trials, collect, aggregate: unchanged (each run dir gets its own result.json).
 * :func:`finish_confirm` (instead of publishing): the per-round values of A and B, the A/B env
   diff, :func:`dlperf_tasks.history.confirm.judge`, and the verdict (``confirmed`` with the effect
@@ -72,7 +72,7 @@ def trigger_confs(run_set: Mapping[str, Any] | None, published: list[Mapping[str
 
 # ---- plan ---------------------------------------------------------------------------------------
 def _image(ref: str, cluster, where: str) -> str:
-    from dlperf_tasks.abrun import resolve_ref
+    from dlperf_tasks.engine.abrun import resolve_ref
     from dlperf_tasks.catalog.validate import check_image_ref
 
     return check_image_ref(resolve_ref(ref, cluster) if cluster is not None else ref, where)
@@ -81,7 +81,7 @@ def _image(ref: str, cluster, where: str) -> str:
 def pin_nodes(cluster, cells, settings) -> list[str]:
     """The nodes A and B both run on: the first ones (inventory order) with enough GPUs that are
     not quarantined, as many as the largest topology needs."""
-    from dlperf_tasks.nodehealth import Quarantine
+    from dlperf_tasks.store.quarantine import Quarantine
 
     if cluster is None:
         return []
@@ -113,11 +113,11 @@ def _run_ids(settings, group: str, group_run_id: str | None, suite_id: str) -> d
 def plan_confirm(group: str, suite_ids: list[str], params: Mapping[str, Any], settings,
                  group_run_id: str | None = None) -> dict[str, Any]:
     """The run set of a confirmation run (the conf's ``confirm`` plan; see the module docstring)."""
-    from dlperf_tasks.abrun import plan_for
+    from dlperf_tasks.engine.abrun import plan_for
     from dlperf_tasks.engine.errors import NonRetriable
     from dlperf_tasks.engine.rundir import RunDir
     from dlperf_tasks.engine.setup import load_cluster, load_suite
-    from dlperf_tasks.errors import DlperfError
+    from dlperf_tasks.core.errors import DlperfError
 
     try:
         plan = C.ConfirmPlan.from_conf(params["confirm"])
@@ -166,7 +166,7 @@ def plan_confirm(group: str, suite_ids: list[str], params: Mapping[str, Any], se
 # ---- finish -------------------------------------------------------------------------------------
 def ab_values(run_set: Mapping[str, Any], plan: C.ConfirmPlan) -> tuple[dict, dict, dict]:
     """``(values[variant][cell] = [value or None per round], env_a, env_b)`` from the A/B run dirs."""
-    from dlperf_tasks.abrun import env_of
+    from dlperf_tasks.engine.abrun import env_of
     from dlperf_tasks.engine.rundir import RunDir, read_json
 
     by_id = {r["run_id"]: r for r in run_set["runs"]}

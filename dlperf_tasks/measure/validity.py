@@ -35,7 +35,7 @@ from operator import sub
 from typing import Mapping
 
 from dlperf_tasks.frameworks.base import Framework
-from dlperf_tasks.model import MetricKind, ParsedLog, Samples, Trial, TrialMetric, TrialResult, TrialStatus, Window
+from dlperf_tasks.core.model import MetricKind, ParsedLog, Samples, Trial, TrialMetric, TrialResult, TrialStatus, Window
 
 #: sample units whose value is a timestamp (may be 0 or negative relative times)
 _TIMESTAMP_UNITS = {"s"}

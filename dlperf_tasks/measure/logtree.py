@@ -19,7 +19,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import Iterator
 
-from dlperf_tasks.errors import ExtractError
+from dlperf_tasks.core.errors import ExtractError
 
 #: the largest log read (bytes); beyond it the trial is invalid "file larger than the cap"
 MAX_LOG_BYTES = 4 << 30

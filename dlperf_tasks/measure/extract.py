@@ -8,14 +8,14 @@ Layouts understood (the topology is parsed by regex, so ``10n8g`` works)::
                                                              Megatron (seed 002): node k of one trial
 
 ``<dir>`` may be any level above: ``logs/``, ``logs/mxnet/bert/bz32`` or a single ``1n8g``.
-Naming rules: :mod:`dlperf_tasks.lognames` (seed 002's Megatron names too; two files for one
+Naming rules: :mod:`dlperf_tasks.measure.lognames` (seed 002's Megatron names too; two files for one
 trial are refused). Files are only listed while walking (regular files only, no symlink out of
-the tree: :mod:`dlperf_tasks.logtree`); each log is streamed in 1 MiB blocks through the suite's
+the tree: :mod:`dlperf_tasks.measure.logtree`); each log is streamed in 1 MiB blocks through the suite's
 framework parser (``Framework.stream()``: constant memory per log, caps on line length, file
-size and lines per trial), then gated (:mod:`dlperf_tasks.validity`).
+size and lines per trial), then gated (:mod:`dlperf_tasks.measure.validity`).
 
 Use :func:`extract_tree` for a tree on disk (``dlperf extract``, the sweep, Airflow tasks) and
-:func:`dlperf_tasks.stats.aggregate` for TrialResults that came from a cluster run.
+:func:`dlperf_tasks.measure.stats.aggregate` for TrialResults that came from a cluster run.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
+from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from dlperf_tasks import frameworks
-from dlperf_tasks.errors import ExtractError
+from dlperf_tasks.core.errors import ExtractError
 from dlperf_tasks.frameworks.base import Framework
-from dlperf_tasks.lognames import (LOOKED_FOR, MEGATRON_FILE_RE, TOPO_DIR_RE, TRIAL_FILE_RE, LogFile,  # noqa: F401
+from dlperf_tasks.measure.lognames import (LOOKED_FOR, MEGATRON_FILE_RE, TOPO_DIR_RE, TRIAL_FILE_RE, LogFile,  # noqa: F401
                                    TrialFiles, discover, is_megatron_style, topology_from_path)
-from dlperf_tasks.logtree import MAX_TRIAL_LINES, FileTooLarge, LogTree, read_regular
-from dlperf_tasks.model import LogFacts, ParsedLog, Samples, Trial, TrialResult, Window
-from dlperf_tasks.stats import CellStats, aggregate
-from dlperf_tasks.validity import gate, missing_log
+from dlperf_tasks.measure.logtree import MAX_TRIAL_LINES, FileTooLarge, LogTree, read_regular
+from dlperf_tasks.core.model import LogFacts, ParsedLog, Samples, Trial, TrialResult, Window
+from dlperf_tasks.measure.stats import CellStats, aggregate
+from dlperf_tasks.measure.validity import gate, missing_log
 
 #: the model key DLPerf's own extractors printed in their result dict, per framework
 #: (seed 000: 'bert-base', 003: 'bert', 004: 'rn50'); a suite's ``extra: {dlperf_model: ...}`` wins
@@ -77,15 +77,6 @@ class ExtractResult:
         }
         meta.update(extra)
         return meta
-
-    def result(self, run: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The result JSON document (see report/result_json.py)."""
-        from dlperf_tasks.report.result_json import build_result
-
-        refs = self.sample_refs
-        samples_of = None if self.samples_kept else (lambda t: refs.get(id(t), []))
-        return build_result(self.cells, self.run_metadata(**dict(run or {})), dlperf_model=dlperf_model_key(self.suite),
-                            samples_of=samples_of)
 
 
 def extract_run_id(suite_id: str, window: Window, trials: Iterable[TrialResult]) -> str:
@@ -215,7 +206,7 @@ def gate_run_logs(trial: Trial, run_dir: str | os.PathLike, window: Window | Non
                   plausible_max_per_gpu: float | None = None, **runtime: Any) -> TrialResult:
     """Gate a trial that a sweep ran: its node logs lie in ``run_dir`` at ``Framework.log_relpath``.
 
-    ``runtime`` is passed to :func:`dlperf_tasks.validity.gate`: ``exit_codes``, ``runtime_status``,
+    ``runtime`` is passed to :func:`dlperf_tasks.measure.validity.gate`: ``exit_codes``, ``runtime_status``,
     ``runtime_reason``, ``nodes``, ``started_at``, ``finished_at``. Missing node logs other than the
     metrics node(s) are fine (e.g. MXNet's mpirun writes one log on node 0).
     ``plausible_max_per_gpu``: the suite's bound (``suite.extra``; None = the framework's default).

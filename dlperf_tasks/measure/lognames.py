@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from dlperf_tasks import frameworks
-from dlperf_tasks.errors import ExtractError
-from dlperf_tasks.model import Cell, MetricKind, ParallelLayout, Trial, Window
-from dlperf_tasks.topology import Topology
+from dlperf_tasks.core.errors import ExtractError
+from dlperf_tasks.core.model import Cell, MetricKind, ParallelLayout, Trial, Window
+from dlperf_tasks.core.topology import Topology
 
 TOPO_DIR_RE = re.compile(r"(?P<nodes>[1-9]\d{0,3})n(?P<gpus>[1-9]\d{0,3})g\Z")
 TRIAL_FILE_RE = re.compile(

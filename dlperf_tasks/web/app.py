@@ -18,7 +18,7 @@ Pages (all read-only, served from the store through its index):
 - ``/api/runs?suite=S``              run summaries as JSON; ``/healthz``
 
 No Airflow import: ``authorize`` is a FastAPI dependency returning a
-:class:`dlperf_tasks.history.access.Viewer` (the plugin's asks Airflow's auth manager); it runs
+:class:`dlperf_tasks.web.access.Viewer` (the plugin's asks Airflow's auth manager); it runs
 for every route. ``dag_of(suite)`` names a suite's DAG for links into the Airflow UI.
 Every value is HTML-escaped (Jinja2 autoescape); run ids are validated by the store.
 """
@@ -37,8 +37,8 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from dlperf_tasks.errors import DlperfError
-from dlperf_tasks.history.access import Viewer
+from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.web.access import Viewer
 
 RECENT_RUNS = 20
 TREND_MAX = 365
@@ -47,7 +47,7 @@ FILES = {"result.json": "application/json", "report.md": "text/markdown; charset
 
 
 def _decision_lines(run) -> list[str]:
-    from dlperf_tasks.decisions import summary_lines
+    from dlperf_tasks.engine.decisions import summary_lines
 
     return summary_lines(run)
 

@@ -1,0 +1,1 @@
+"""Policies: pure rules that decide (adaptive trial counts, the scheduler's packing, node-health verdicts)."""
