@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlperf_tasks.core.errors import CatalogError
+from dlperf_tasks.catalog import nodefiles
 
 OPTIMIZERS = ("lamb", "adam")
 #: frameworks whose launch() understands the keys below
@@ -24,8 +25,6 @@ BERT_CONFIG_FRAMEWORKS = ("pytorch_bert", "tensorflow_bert")
 
 def check_launcher(data: dict[str, Any], filename: str, problems) -> tuple[int, ...]:
     """Add problems for the launcher fields; return the accumulation values (empty when not swept)."""
-    from dlperf_tasks.catalog import nodefiles
-
     fw = data.get("framework", "")
     launcher = data.get("launcher") or {}
     if "bert_config" in launcher:

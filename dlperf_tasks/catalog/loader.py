@@ -19,6 +19,10 @@ from pathlib import Path
 from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.core.catalog_path import site_dirs
 from dlperf_tasks.core.errors import CatalogError
+from dlperf_tasks.catalog.yamlsrc import MAX_BYTES
+from dlperf_tasks.catalog.validate import build_suite
+from dlperf_tasks.catalog.yamlsrc import parse_yaml
+from dlperf_tasks.catalog.site import builtin_fallback
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
 _SUFFIXES = (".yaml", ".yml")
@@ -42,7 +46,6 @@ def load_file(path: str | os.PathLike) -> Suite:
     hit = _CACHE.get(key)
     if hit and hit[0] == st.st_mtime_ns and hit[1] == st.st_size:
         return hit[2]
-    from dlperf_tasks.catalog.yamlsrc import MAX_BYTES
 
     if not p.is_file():
         raise CatalogError(f"{p}: cannot read suite file: not a regular file")
@@ -54,9 +57,6 @@ def load_file(path: str | os.PathLike) -> Suite:
         raise CatalogError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise CatalogError(f"{p}: cannot read suite file: {exc.strerror}") from None
-
-    from dlperf_tasks.catalog.validate import build_suite
-    from dlperf_tasks.catalog.yamlsrc import parse_yaml
 
     data, lines = parse_yaml(text, str(p))
     # the package's own suites are schema-checked by the tests, not on every load (start-up cost)
@@ -108,8 +108,6 @@ def _load_or_fallback(path: Path) -> tuple[Suite | None, CatalogError | None]:
     """``(suite, None)``; for a broken file ``(None, error)``, except a broken SITE file that
     overrides a built-in suite: the built-in suite runs instead, ``(builtin, error)`` (a site file
     never hides a built-in suite, and never silently: the error says what happened)."""
-    from dlperf_tasks.catalog.site import builtin_fallback
-
     try:
         return load_file(path), None
     except CatalogError as exc:

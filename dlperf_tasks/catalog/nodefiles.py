@@ -8,9 +8,9 @@ node.
 
 Contract (engine/prepare and the container runtime):
 
-* :func:`node_files` (also ``Suite.node_files()``) -> ``{relpath: bytes}``.
+* ``catalog/shipping.py`` :func:`node_files` (also ``Suite.node_files()``) -> ``{relpath: bytes}``.
 * prepare writes each file to ``node_files_dir(node.workdir) + "/" + relpath`` on
-  every node (:func:`put_node_files` does it over an :class:`~dlperf_tasks.remote.ssh.SSHPool`);
+  every node (:func:`~dlperf_tasks.catalog.shipping.put_node_files` does it over an :class:`~dlperf_tasks.remote.ssh.SSHPool`);
 * the suite mounts that directory read-only at :data:`CONTAINER_DIR` (``container.mounts:
   ["${workdir}/catalog:/dlperf/catalog:ro"]``), and the launcher passes
   ``CONTAINER_DIR/<relpath>``; with the host runtime (no container) the engine adds
@@ -94,44 +94,12 @@ def check_bert_config(model: str, dims: dict[str, int], where: str) -> None:
         raise CatalogError(f"{where} describes {actual}, not the suite's model {model}: {'; '.join(wrong)}")
 
 
-def node_files(suite) -> dict[str, bytes]:
-    """``{relpath: bytes}`` the suite needs on every node (empty for most suites)."""
-    from dlperf_tasks.catalog import patches
-
-    out: dict[str, bytes] = {}
-    for key in FILE_KEYS:
-        name = (suite.launcher or {}).get(key)
-        if name:
-            out[str(name)] = find_data_file(str(name), suite.source).read_bytes()
-    out.update(patches.node_files(suite))  # source patches and their applier (catalog/patches.py)
-    return out
-
-
 def node_files_dir(node_workdir: str, suite_id: str = "") -> str:
     """Host directory of the catalog files on a node: ``<workdir>/catalog`` (one directory for every
     suite, so a suite copied under another id mounts the same path). Prepare runs WITHOUT the node's
     lease, so another run's trial may be reading a file while it is rewritten: ``SSHPool.put_bytes``
     replaces it atomically (temporary file + rename). ``suite_id`` is accepted and unused."""
     return posixpath.join(node_workdir.rstrip("/") or "/", NODE_FILES_DIR)
-
-
-def put_node_files(pool, node_name: str, node_workdir: str, suite) -> list[str]:
-    """Write :func:`node_files` to one node (``pool``: an SSHPool); returns the remote paths."""
-    import shlex
-
-    files = node_files(suite)
-    if not files:
-        return []
-    base = node_files_dir(node_workdir)
-    res = pool.run(node_name, f"mkdir -p {shlex.quote(base)}", timeout=30)
-    if res.rc != 0:
-        raise CatalogError(f"node {node_name}: cannot create {base} (exit {res.rc})")
-    paths = []
-    for rel, data in sorted(files.items()):
-        path = posixpath.join(base, rel)
-        pool.put_bytes(node_name, path, data, mode=0o644)
-        paths.append(path)
-    return paths
 
 
 def launch_metadata(suite) -> dict[str, Any]:

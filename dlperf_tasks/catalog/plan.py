@@ -24,6 +24,7 @@ from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.core.errors import PlanError
 from dlperf_tasks.core.model import Cell, Trial, Window
 from dlperf_tasks.core.topology import Topology
+from dlperf_tasks import frameworks
 
 PLAN_SCHEMA_VERSION = 1
 # size limits, checked BEFORE anything is expanded (a 32-digit node count or --trials 9999999999
@@ -323,8 +324,6 @@ def _image(suite: Suite, tag: str | None) -> str | None:
 
 def _log_paths(framework_name: str, trial: Trial) -> tuple[str, ...]:
     """Per node rank log paths: the framework module owns its log names (Framework.log_relpath)."""
-    from dlperf_tasks import frameworks
-
     fw = frameworks.get(framework_name)
     return tuple(fw.log_relpath(trial, r) for r in range(trial.cell.topology.nodes))
 

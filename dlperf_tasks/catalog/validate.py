@@ -19,6 +19,11 @@ from dlperf_tasks.catalog.yamlsrc import KeyPath, format_path
 from dlperf_tasks.core.errors import CatalogError, PlanError
 from dlperf_tasks.core.model import ParallelLayout, Precision, Window
 from dlperf_tasks.core.topology import Topology
+from dlperf_tasks import frameworks
+from dlperf_tasks.catalog.launcher_checks import check_launcher
+from dlperf_tasks.catalog.cron import check_cron
+from dlperf_tasks.policy.adaptive import AdaptivePolicy
+from dlperf_tasks.policy.nodehealth import HealthConfig
 
 PRECISIONS = tuple(p.value for p in Precision)
 
@@ -36,8 +41,6 @@ def check_image_ref(ref: str, where: str = "image") -> str:
     Guards every image that reaches ``docker pull/run`` argv: a value such as ``--privileged``
     or ``-v/:/host`` would otherwise be read by docker as an option.
     """
-    from dlperf_tasks.core.errors import CatalogError
-
     if not isinstance(ref, str) or not _IMAGE_RE.match(ref):
         raise CatalogError(f"{where}: {ref!r} is not a Docker image reference ([registry/]name[:tag][@sha256:digest])")
     return ref
@@ -252,8 +255,6 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
     _check_plain_strings(data, (), problems)
     problems.raise_if_any()  # the semantic checks below rely on the shape
 
-    from dlperf_tasks import frameworks  # light: the registry imports framework modules lazily
-
     if expected_id is not None and data["id"] != expected_id:
         problems.add(("id",), f"id {data['id']!r} must equal the file name {expected_id!r}")
     if data["framework"] not in frameworks.names():
@@ -377,7 +378,6 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
         )
 
     env, env_multi = (_env(data, key, problems) for key in ("env", "env_multi_node"))
-    from dlperf_tasks.catalog.launcher_checks import check_launcher
 
     accumulation = check_launcher(data, filename, problems)
 
@@ -418,8 +418,6 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
 
 
 def _schedule(data: dict, problems: _Problems) -> str | None:
-    from dlperf_tasks.catalog.cron import check_cron
-
     try:
         return check_cron(data.get("schedule"))
     except ValueError as exc:
@@ -490,9 +488,6 @@ def suite_to_dict(suite: Suite) -> dict[str, Any]:
 
 def _decision_fields(data: dict, problems) -> None:
     """``adaptive`` / ``node_health`` (docs/decisions.md) checked when the suite loads, not at sweep time."""
-    from dlperf_tasks.policy.adaptive import AdaptivePolicy
-    from dlperf_tasks.policy.nodehealth import HealthConfig
-
     for key, parse in (("adaptive", AdaptivePolicy.from_value), ("node_health", HealthConfig.from_value)):
         if key in data:
             try:

@@ -31,6 +31,16 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dlperf_tasks.history import confirm as C
+from dlperf_tasks.engine.abrun import resolve_ref
+from dlperf_tasks.catalog.validate import check_image_ref
+from dlperf_tasks.store.quarantine import Quarantine
+from dlperf_tasks.engine.rundir import group_run_record, new_run_id, now_iso, read_json, write_json
+from dlperf_tasks.engine.abrun import plan_for
+from dlperf_tasks.engine.errors import NonRetriable
+from dlperf_tasks.engine.rundir import RunDir
+from dlperf_tasks.engine.setup import load_cluster, load_suite
+from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.engine.abrun import env_of
 
 log = logging.getLogger("dlperf.confirm")
 ROUNDS = 4
@@ -72,17 +82,12 @@ def trigger_confs(run_set: Mapping[str, Any] | None, published: list[Mapping[str
 
 # ---- plan ---------------------------------------------------------------------------------------
 def _image(ref: str, cluster, where: str) -> str:
-    from dlperf_tasks.engine.abrun import resolve_ref
-    from dlperf_tasks.catalog.validate import check_image_ref
-
     return check_image_ref(resolve_ref(ref, cluster) if cluster is not None else ref, where)
 
 
 def pin_nodes(cluster, cells, settings) -> list[str]:
     """The nodes A and B both run on: the first ones (inventory order) with enough GPUs that are
     not quarantined, as many as the largest topology needs."""
-    from dlperf_tasks.store.quarantine import Quarantine
-
     if cluster is None:
         return []
     need = max(c.topology.nodes for c in cells)
@@ -97,8 +102,6 @@ def pin_nodes(cluster, cells, settings) -> list[str]:
 
 def _run_ids(settings, group: str, group_run_id: str | None, suite_id: str) -> dict[str, dict[str, str]]:
     """The A and B run ids of this DAG run (a cleared, re-run confirmation keeps them)."""
-    from dlperf_tasks.engine.rundir import group_run_record, new_run_id, now_iso, read_json, write_json
-
     path = group_run_record(settings.work_dir, group, group_run_id) if group_run_id else None
     known = (read_json(path) or {}) if path else {}
     runs = known.get("runs") if known.get("dag_run_id") == group_run_id else None
@@ -113,12 +116,6 @@ def _run_ids(settings, group: str, group_run_id: str | None, suite_id: str) -> d
 def plan_confirm(group: str, suite_ids: list[str], params: Mapping[str, Any], settings,
                  group_run_id: str | None = None) -> dict[str, Any]:
     """The run set of a confirmation run (the conf's ``confirm`` plan; see the module docstring)."""
-    from dlperf_tasks.engine.abrun import plan_for
-    from dlperf_tasks.engine.errors import NonRetriable
-    from dlperf_tasks.engine.rundir import RunDir
-    from dlperf_tasks.engine.setup import load_cluster, load_suite
-    from dlperf_tasks.core.errors import DlperfError
-
     try:
         plan = C.ConfirmPlan.from_conf(params["confirm"])
         if plan.suite not in suite_ids:
@@ -166,9 +163,6 @@ def plan_confirm(group: str, suite_ids: list[str], params: Mapping[str, Any], se
 # ---- finish -------------------------------------------------------------------------------------
 def ab_values(run_set: Mapping[str, Any], plan: C.ConfirmPlan) -> tuple[dict, dict, dict]:
     """``(values[variant][cell] = [value or None per round], env_a, env_b)`` from the A/B run dirs."""
-    from dlperf_tasks.engine.abrun import env_of
-    from dlperf_tasks.engine.rundir import RunDir, read_json
-
     by_id = {r["run_id"]: r for r in run_set["runs"]}
     values: dict[str, dict[str, list]] = {}
     envs: dict[str, dict] = {}

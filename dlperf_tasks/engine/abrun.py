@@ -18,12 +18,12 @@ from typing import Any, Callable
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.history.cellspec import parse_cell_id
 from dlperf_tasks.history.confirm import ConfirmPlan
+from dlperf_tasks.catalog.plan import plan as make_plan
+from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 
 
 def plan_for(suite, cells: list[str], trials: int = 1):
     """The suite's plan reduced to ``cells``, ``trials`` trials each (one per A/B round)."""
-    from dlperf_tasks.catalog.plan import plan as make_plan
-
     topos = sorted({parse_cell_id(c).topology for c in cells})
     p = make_plan(suite, {"topologies": ",".join(topos), "trials": trials})
     missing = [c for c in cells if c not in {x.id for x in p.cells}]
@@ -65,8 +65,6 @@ def run_ab(plan: ConfirmPlan, suite, cluster, out_root: str | os.PathLike, *, no
            sweep: Callable[..., Any] | None = None) -> tuple[dict[str, dict[str, list]], dict, dict]:
     """Execute ``plan`` (A B A B ...). Returns ``(values, env_a, env_b)`` with
     ``values[variant][cell_id] = [value or None per round]``."""
-    from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
-
     sweep = sweep or run_sweep
     plan.image_a, plan.image_b = resolve_ref(plan.image_a, cluster), resolve_ref(plan.image_b, cluster)
     p = plan_for(suite, plan.cells)

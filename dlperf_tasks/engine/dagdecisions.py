@@ -33,6 +33,13 @@ from dlperf_tasks.policy import nodehealth as nh
 from dlperf_tasks.store.quarantine import Quarantine
 from dlperf_tasks.engine.decisions import health_for, policy_for
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
+from dlperf_tasks.engine.setup import load_suite
+from dlperf_tasks.engine.storeaccess import open_store
+from dlperf_tasks.store.staging import TRIALS_DIR, Staging
+from dlperf_tasks.engine.decisions import write_docs
+from dlperf_tasks.engine.rundir import RunDir
+from dlperf_tasks.catalog.plan import Plan
+from dlperf_tasks.report.result_json import load_result
 
 SKIP_PREFIX = "not needed (adaptive stop"
 
@@ -55,8 +62,6 @@ def drop_skipped(records: list) -> list:
 def split_items(run_set: Mapping[str, Any], settings) -> tuple[list[dict], list[dict]]:
     """``(first, more)``: the planned trial items to map first, and those beyond each adaptive
     cell's minimum (mapped after the first ones finished; none when adaptive is off)."""
-    from dlperf_tasks.engine.setup import load_suite
-
     params = run_set.get("params") or {}
     policies: dict[str, ad.AdaptivePolicy | None] = {}
     first: list[dict] = []
@@ -77,9 +82,6 @@ def _cell_size(plan_doc: Mapping[str, Any], trial: Trial) -> int:
 
 def _pull(rd, settings, trials: list[Trial]) -> None:
     """The cell's earlier records from the run's staging area (no shared disk between tasks)."""
-    from dlperf_tasks.engine.finish import open_store
-    from dlperf_tasks.store.staging import TRIALS_DIR, Staging
-
     Staging(open_store(settings), rd.run_id).pull(rd.path, only=[f"{TRIALS_DIR}/{t.key}.json" for t in trials])
 
 
@@ -109,7 +111,6 @@ def adaptive_skip(item: Mapping[str, Any], rd, settings) -> dict[str, Any] | Non
     params = plan_doc.get("params") or {}
     if params.get("confirm") or trial.index <= 1:
         return None
-    from dlperf_tasks.engine.setup import load_suite
 
     suite = load_suite(item["suite"], settings)
     policy = policy_for(suite, params)
@@ -147,12 +148,6 @@ def after_aggregate(summaries: list[Mapping[str, Any]], settings) -> list[dict]:
     """Adaptive summary and node health of every aggregated run of a DAG run; suspects are
     quarantined when the run (or suite) asks for it. Returns one ``{run_id, suspects,
     quarantined, adaptive}`` per run (for the task log)."""
-    from dlperf_tasks.engine.decisions import write_docs
-    from dlperf_tasks.engine.rundir import RunDir
-    from dlperf_tasks.engine.setup import load_suite
-    from dlperf_tasks.catalog.plan import Plan
-    from dlperf_tasks.report.result_json import load_result
-
     out = []
     for s in summaries:
         if not s.get("result"):

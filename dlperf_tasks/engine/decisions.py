@@ -26,6 +26,7 @@ from dlperf_tasks.policy import adaptive as ad
 from dlperf_tasks.policy import nodehealth as nh
 from dlperf_tasks.store.quarantine import Quarantine
 from dlperf_tasks.core.model import Trial, TrialResult
+from dlperf_tasks.measure import stragglers
 
 ADAPTIVE_FILE = "adaptive.json"
 HEALTH_FILE = "node-health.json"
@@ -257,7 +258,6 @@ def for_sweep(suite, todo: Sequence[Trial], reused: Sequence[TrialResult], *, ad
            else health_for(suite, {"quarantine": node_health}))
 
     def straggler(r: TrialResult) -> Mapping[str, Any] | None:
-        from dlperf_tasks.measure import stragglers
         return stragglers.from_run_dir(r, run_dir).to_dict() if run_dir else None
 
     dec = SweepDecisions(todo, adaptive=pol, health=cfg, work_dir=work_dir, run_id=run_id, nodes=nodes,

@@ -13,8 +13,17 @@ from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.outputs import aggregate, cell_rows, collect, result_table
 from dlperf_tasks.engine.rundir import RunDir, now_iso, write_json
 from dlperf_tasks.engine.setup import load_cluster, load_suite
+from dlperf_tasks.engine.storeaccess import open_store
 from dlperf_tasks.core.model import Trial
 from dlperf_tasks.core.safeurl import safe_url
+from dlperf_tasks.report.result_json import trial_from_record
+from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.history.basis import basis_line
+from dlperf_tasks.engine.trials import stop_runs
+from dlperf_tasks.remote import nodeclean
+from dlperf_tasks.remote.runtime import make_runtime
+from dlperf_tasks.remote.ssh import SSHPool
 
 log = logging.getLogger("dlperf.engine")
 
@@ -31,8 +40,6 @@ def _planned(run_set: Mapping[str, Any], run_id: str) -> list[Trial]:
 def collect_runs(run_set: Mapping[str, Any], records: list[Mapping[str, Any] | None]) -> dict[str, Any]:
     """Which planned trials have a record in their run dir, and which logs are missing.
     ``records`` are the trial steps' return values (a failed trial step returns none)."""
-    from dlperf_tasks.report.result_json import trial_from_record
-
     done = [trial_from_record(r) for r in records if r]
     out: dict[str, Any] = {"trials": {}, "missing_logs": {}}
     for run in run_set["runs"]:
@@ -65,22 +72,9 @@ def aggregate_runs(run_set: Mapping[str, Any], collected: Mapping[str, Any], set
     return summaries
 
 
-def open_store(settings):
-    """The configured store (credentials from the environment / connections, never the URL)."""
-    from dlperf_tasks.core.errors import StoreError
-    from dlperf_tasks.store import Store
-
-    try:
-        return Store.from_settings(settings.store_url, redaction=settings.redaction_spec)
-    except StoreError as exc:
-        raise NonRetriable(f"store {safe_url(settings.store_url)}: {exc}") from None
-
-
 def publish_run(store, rd: RunDir, settings) -> str:
     """Publish with dlperf_tasks.store (redacted logs, manifest last, index updated). The cluster
     inventory goes with it, so node host names and user names are redacted too."""
-    from dlperf_tasks.core.errors import StoreError
-
     try:
         return str(store.publish(rd.path, inventory=None if settings.is_local else _resolved_inventory(settings)))
     except StoreError as exc:
@@ -91,8 +85,6 @@ def _resolved_inventory(settings):
     """The inventory with its credentials resolved as the trials resolved them (connections
     included), so the pre-publish leak check knows every secret they could print; its path when
     they cannot be resolved here (the inventory file's own secrets are still read)."""
-    from dlperf_tasks.core.errors import DlperfError
-
     try:
         return load_cluster(settings)
     except (DlperfError, NonRetriable, Retriable):
@@ -139,7 +131,6 @@ def regression_check(store, run_id: str, settings,
     except Exception as exc:  # noqa: BLE001 - the check must not fail a published run
         log.error("regression check of %s failed (the run is published): %s: %s", run_id, type(exc).__name__, exc)
         return {"error": f"{type(exc).__name__}: {exc}"}
-    from dlperf_tasks.history.basis import basis_line
 
     return {"findings": len(rep.findings), "noisy": len(rep.noisy), "notified": sent,
             "cells": sorted({f"{v.kind}:{v.cell_id}" for v in rep.findings}), "summary": rep.summary_lines(),
@@ -149,8 +140,6 @@ def regression_check(store, run_id: str, settings,
 def cleanup(run_set: Mapping[str, Any] | None, settings) -> dict[str, Any]:
     """Teardown: stop whatever is still running, clean the nodes, release leases (nothing
     when planning failed or for a dry run: no node was touched)."""
-    from dlperf_tasks.engine.trials import stop_runs
-
     if not run_set:
         return {"cleaned": [], "note": "nothing planned, nothing touched"}
     if run_set.get("dry_run"):
@@ -169,10 +158,6 @@ def cleanup(run_set: Mapping[str, Any] | None, settings) -> dict[str, Any]:
 
 def clean_runs(runs: list[Mapping[str, Any]], trial_keys: list[str], settings) -> tuple[list, list]:
     """On every node, for each run: its containers, scratch and leases removed, leftovers listed."""
-    from dlperf_tasks.remote import nodeclean
-    from dlperf_tasks.remote.runtime import make_runtime
-    from dlperf_tasks.remote.ssh import SSHPool
-
     cluster = load_cluster(settings)
     cleaned: set[str] = set()
     problems: list[str] = []

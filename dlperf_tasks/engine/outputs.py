@@ -15,6 +15,14 @@ from typing import Any, Mapping
 from dlperf_tasks.engine.rundir import RunDir, now_iso
 from dlperf_tasks.core.model import Trial, TrialResult
 from dlperf_tasks.report.numbers import num2
+from dlperf_tasks.measure.extract import dlperf_model_key
+from dlperf_tasks.report.markdown import render_markdown
+from dlperf_tasks.report.result_json import build_result, write_result
+from dlperf_tasks.measure.stats import aggregate as cell_stats
+from dlperf_tasks.frameworks._lines import read_log
+from dlperf_tasks.remote import envcapture
+from dlperf_tasks.measure import stragglers
+from dlperf_tasks.report.flags import cell_flags
 
 
 def collect(rd: RunDir, trials: list[Trial]) -> tuple[list[TrialResult], list[str]]:
@@ -53,11 +61,6 @@ def aggregate(rd: RunDir, results: list[TrialResult], suite, source: str,
 
 
 def write_outputs(rd: RunDir, results: list[TrialResult], meta: dict[str, Any], suite, settings=None) -> dict[str, Any]:
-    from dlperf_tasks.measure.extract import dlperf_model_key
-    from dlperf_tasks.report.markdown import render_markdown
-    from dlperf_tasks.report.result_json import build_result, write_result
-    from dlperf_tasks.measure.stats import aggregate as cell_stats
-
     transports = nccl_transports(rd.path, results)
     meta = {**meta, "env": {**(meta.get("env") or {}), "nccl_transport": transports}}
     reports, problem = _stragglers(rd.path, results)
@@ -105,9 +108,6 @@ def _telemetry_section(result: Mapping[str, Any]) -> str:
 def nccl_transports(out: Path, results: list[TrialResult]) -> dict[str, dict[str, Any]]:
     """The NCCL transport each multi-node trial actually used (IB or Socket, read from the
     ``NCCL_DEBUG=INFO`` lines of its logs), by trial id. Trials whose logs say nothing are left out."""
-    from dlperf_tasks.frameworks._lines import read_log
-    from dlperf_tasks.remote import envcapture
-
     found: dict[str, dict[str, Any]] = {}
     for r in results:
         if r.trial.cell.topology.nodes < 2:
@@ -126,7 +126,6 @@ def nccl_transports(out: Path, results: list[TrialResult]) -> dict[str, dict[str
 def _stragglers(out: Path, results: list[TrialResult]):
     """Multi-node trials: the nodes' step times compared (see dlperf_tasks.measure.stragglers). A failure
     is reported in the outputs, never raised."""
-    from dlperf_tasks.measure import stragglers
     try:
         return stragglers.scan(results, out), None
     except Exception as exc:  # noqa: BLE001
@@ -134,7 +133,6 @@ def _stragglers(out: Path, results: list[TrialResult]):
 
 
 def _straggler_section(out: Path, reports, problem: str | None) -> None:
-    from dlperf_tasks.measure import stragglers
     if problem:
         with open(out / "report.md", "a") as f:
             f.write(f"\n{stragglers.REPORT_HEADING}\n\n{problem}\n")
@@ -174,8 +172,6 @@ def cell_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def result_table(summaries: list[Mapping[str, Any]]) -> str:
     """A plain-text table of the cells (what ``make run`` prints)."""
-    from dlperf_tasks.report.flags import cell_flags
-
     rows = [["cell", "median", "average", "speedup", "valid/invalid", "flags"]]
     for s in summaries:
         for c in s.get("cells", []):

@@ -28,6 +28,9 @@ from typing import Any, Mapping
 
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.core.model import Trial, TrialResult
+from dlperf_tasks.report.result_json import trial_record
+from dlperf_tasks.report.result_json import trial_from_record
+from dlperf_tasks.remote.runtime import NodeFacts
 
 FACTS_FILE = "node-facts.json"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,60}-\d{8}T\d{6}-[0-9a-f]{6}$")
@@ -95,15 +98,11 @@ class RunDir:
 
     # ---- trial records ----------------------------------------------------------------------
     def save_trial(self, result: TrialResult) -> dict[str, Any]:
-        from dlperf_tasks.report.result_json import trial_record
-
         doc = trial_record(result)
         write_json(self.trial_file(result.trial), doc)
         return doc
 
     def load_trial(self, trial: Trial) -> TrialResult | None:
-        from dlperf_tasks.report.result_json import trial_from_record
-
         doc = read_json(self.trial_file(trial))
         if not isinstance(doc, dict):
             return None
@@ -115,8 +114,6 @@ class RunDir:
 
     def load_trials(self) -> dict[str, TrialResult]:
         """Trial id -> result for every readable record (unreadable ones are ignored = re-run)."""
-        from dlperf_tasks.report.result_json import trial_from_record
-
         found: dict[str, TrialResult] = {}
         d = self.path / "trials"
         for p in sorted(d.glob("*.json")) if d.is_dir() else []:
@@ -142,8 +139,6 @@ class RunDir:
 
     def load_facts(self, nodes: list[str]):
         """NodeFacts of ``nodes`` written by prepare (None: not there; the trial probes itself)."""
-        from dlperf_tasks.remote.runtime import NodeFacts
-
         doc = self.read(FACTS_FILE)
         if not isinstance(doc, dict) or not all(n in doc for n in nodes):
             return None

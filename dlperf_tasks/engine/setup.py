@@ -20,14 +20,21 @@ from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now
 from dlperf_tasks.core.errors import DlperfError, RemoteError
 from dlperf_tasks.remote.local import LOCAL_MAX_PROCS
 from dlperf_tasks.store.redact_facts import NODE_IDENTITY_FILE as IDENTITY_FILE
+from dlperf_tasks.catalog.loader import load_suite as _load
+from dlperf_tasks.remote.inventory import Cluster
+from dlperf_tasks.catalog.plan import Overrides, plan
+from dlperf_tasks.remote import envcapture
+from dlperf_tasks.remote.runtime import make_runtime
+from dlperf_tasks.catalog.shipping import put_node_files
+from dlperf_tasks.remote import local
+from dlperf_tasks.remote.envcapture import local_identity
+from dlperf_tasks.remote.ssh import SSHPool
 
 OVERRIDE_KEYS = ("batch_sizes", "precisions", "topologies", "trials", "warmup_iters", "measure_iters",
                  "image_tag", "xla")
 
 
 def load_suite(suite_id: str, settings):
-    from dlperf_tasks.catalog.loader import load_suite as _load
-
     return _load(suite_id, extra_dirs=list(settings.catalog_path) or None)
 
 
@@ -36,7 +43,6 @@ def load_inventory(settings):
     no credentials."""
     if settings.is_local:
         return None
-    from dlperf_tasks.remote.inventory import Cluster
 
     try:
         return Cluster.from_yaml(settings.cluster)
@@ -75,8 +81,6 @@ def plan_runs(group: str, suite_ids: list[str], params: Mapping[str, Any], setti
     """Plan every selected suite (``params["suites"]`` or all of ``suite_ids``) with the params'
     overrides, check they fit the cluster, create the run directories (``run_dirs[suite]`` or
     ``<work_dir>/<run_id>``). A re-run of the same ``group_run_id`` reuses its run ids."""
-    from dlperf_tasks.catalog.plan import Overrides, plan
-
     overrides = {k: params[k] for k in OVERRIDE_KEYS if params.get(k) not in (None, [], "")}
     plans = []
     for suite_id in params.get("suites") or sorted(suite_ids):
@@ -126,14 +130,10 @@ def prepare_nodes(rd: RunDir, suite, cluster, pool, nodes: list[str], *, image: 
                   note=None):
     """Login + pull (runtime.prepare) and env capture on ``nodes`` for one run; writes the run
     dir's node facts and env.json. Returns (runtime, facts)."""
-    from dlperf_tasks.remote import envcapture
-    from dlperf_tasks.remote.runtime import make_runtime
-
     runtime = make_runtime(suite.container, image=image, registry=cluster.registry, launcher=suite.launcher,
                            ssh_port=ssh_port or cluster.mpi_ssh_port)
     facts = runtime.prepare(pool, nodes)
     # catalog data the suite's command reads (e.g. pytorch-bert's BERT-base config): H4, catalog/nodefiles.py
-    from dlperf_tasks.catalog.nodefiles import put_node_files
 
     for n in nodes:
         put_node_files(pool, n, cluster.node(n).workdir, suite)
@@ -153,9 +153,6 @@ def prepare_nodes(rd: RunDir, suite, cluster, pool, nodes: list[str], *, image: 
 def prepare_local(rd: RunDir) -> None:
     """Prepare for the local cluster (this machine is the node): its environment and the
     names and addresses it may print (for redaction)."""
-    from dlperf_tasks.remote import local
-    from dlperf_tasks.remote.envcapture import local_identity
-
     rd.write("env.json", {"env": local.environment(), "image": None, "image_digest": None,
                           "nodes": [{"name": "local0", "gpus": LOCAL_MAX_PROCS}]})
     rd.write(IDENTITY_FILE, {"local0": local_identity()})
@@ -180,7 +177,6 @@ def prepare(run_set: Mapping[str, Any], settings) -> dict[str, Any]:
         for run in run_set["runs"]:
             prepare_local(RunDir(Path(run["run_dir"]), run["run_id"]))
         return {"nodes": ["local0"]}
-    from dlperf_tasks.remote.ssh import SSHPool
 
     cluster = load_cluster(settings)
     try:

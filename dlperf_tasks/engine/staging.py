@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from dlperf_tasks.core.model import Trial
-from dlperf_tasks.engine.finish import open_store
+from dlperf_tasks.engine.storeaccess import open_store
 from dlperf_tasks.engine.rundir import group_run_record
 from dlperf_tasks.store.backends import NotFound, sha256_file
 from dlperf_tasks.store.staging import (TRIALS_DIR, Staging, _valid_record, pull_runs, push_runs,  # noqa: F401

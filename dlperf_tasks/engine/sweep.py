@@ -30,6 +30,8 @@ from dlperf_tasks.remote import nodeclean
 from dlperf_tasks.remote.allocation import Leases
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.ssh import SSHPool
+from dlperf_tasks.store.quarantine import Quarantine
+from dlperf_tasks.engine.decisions import for_sweep
 
 
 @dataclass
@@ -75,7 +77,6 @@ def _quarantine(opts: SweepOptions):
         return None
     if opts.settings is None:
         return opts.work_dir
-    from dlperf_tasks.store.quarantine import Quarantine
 
     return Quarantine.for_settings(opts.settings)
 
@@ -106,7 +107,6 @@ def run_sweep(suite, plan, cluster: Cluster | None, out_dir: str | os.PathLike, 
     display = Display(opts.progress, len(todo))
     if reused:
         display.emit(f"{len(reused)} trial(s) already valid in {rd.path}; running the {len(todo)} missing or invalid")
-    from dlperf_tasks.engine.decisions import for_sweep
 
     dec = for_sweep(suite, todo, reused, adaptive=opts.adaptive, node_health=opts.node_health, work_dir=_quarantine(opts),
                     run_id=rd.run_id, nodes=(opts.nodes or cluster.names) if cluster else (), run_dir=rd.path)

@@ -23,6 +23,25 @@ from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.setup import load_cluster, load_suite
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
+from dlperf_tasks.frameworks import get
+from dlperf_tasks.remote.local import launch_specs
+from dlperf_tasks.remote import local
+from dlperf_tasks.remote.runtime import make_runtime
+from dlperf_tasks.engine.trialstate import telemetry_abort, telemetry_start
+from dlperf_tasks.remote.trial import start_trial
+from dlperf_tasks.engine.trialstate import telemetry_stop
+from dlperf_tasks.remote.trial import finish_trial
+from dlperf_tasks.remote.trial import watch_then_finish
+from dlperf_tasks.engine.placement import usable_nodes
+from dlperf_tasks.remote.allocation import lease_group
+from dlperf_tasks.remote.ssh import SSHPool
+from dlperf_tasks.engine.trialstate import release_leases
+from dlperf_tasks.remote.allocation import renew_all
+from dlperf_tasks.engine.progress import Display
+from dlperf_tasks.engine.staging import trials_done
+from dlperf_tasks.engine.dagdecisions import adaptive_skip
+from dlperf_tasks.report.result_json import trial_record
+from dlperf_tasks.remote.trial import abort_trial
 
 _STOP_EVENTS: dict[str, threading.Event] = {}
 #: lease TTL of a trial's nodes while this process holds them (start, finish, in-process watch)
@@ -35,9 +54,6 @@ def _stop_key(run_id: str, trial_key: str) -> str:
 
 def dry_run_commands(item: Mapping[str, Any], settings) -> list[str]:
     """The shell-quoted commands a trial would run on each node (shown by dry runs)."""
-    from dlperf_tasks.frameworks import get
-    from dlperf_tasks.remote.local import launch_specs
-
     trial = Trial.from_dict(item["trial"])
     _, specs = launch_specs(trial, get(trial.cell.framework), load_suite(item["suite"], settings).launcher)
     return [spec.shell() for _, spec in specs]
@@ -45,9 +61,6 @@ def dry_run_commands(item: Mapping[str, Any], settings) -> list[str]:
 
 def run_local(trial: Trial, suite, rd: RunDir, display=None, stop: threading.Event | None = None) -> TrialResult:
     """Run the trial on the local runtime (this machine), with progress lines."""
-    from dlperf_tasks.frameworks import get
-    from dlperf_tasks.remote import local
-
     nodes = [f"local{i}" for i in range(trial.cell.topology.nodes)]
     if display:
         display.started(trial, nodes)
@@ -70,8 +83,6 @@ def _sampled(kind: str, *args):
 
 
 def _runtime(suite, cluster, image: str | None):
-    from dlperf_tasks.remote.runtime import make_runtime
-
     image = cluster.resolve_image(image or (suite.container.image if suite.container else None))
     return make_runtime(suite.container, image=image, registry=cluster.registry, launcher=suite.launcher,
                         ssh_port=cluster.mpi_ssh_port)
@@ -81,9 +92,6 @@ def start_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *
                    attempt: int = 1, display=None, **kw) -> dict[str, Any]:
     """Start the trial on ``nodes`` (held by the caller): telemetry sampler, then the remote
     runner's jobs; the started trial's state (plain data, see :mod:`dlperf_tasks.remote.trial`)."""
-    from dlperf_tasks.engine.trialstate import telemetry_abort, telemetry_start
-    from dlperf_tasks.remote.trial import start_trial
-
     # telemetry; the image's MOFED is compared with the host's (docker runtime only)
     tele = telemetry_start(pool, nodes, trial, getattr(runtime, "image", None))
     try:
@@ -100,9 +108,6 @@ def start_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *
 def finish_on_nodes(cluster, state: Mapping[str, Any], verdict, suite, rd: RunDir, *, pool, runtime,
                     display=None, **kw) -> TrialResult:
     """Finish a started trial (this process or another one): the runner's finish, then telemetry."""
-    from dlperf_tasks.engine.trialstate import telemetry_stop
-    from dlperf_tasks.remote.trial import finish_trial
-
     try:
         return finish_trial(cluster, state, verdict, suite, rd.path, pool=pool, runtime=runtime,
                             progress=display.progress if display else None, **kw)
@@ -121,8 +126,6 @@ def run_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *, 
 
 
 def _watch_and_finish(pool, state: dict, poll_s: float, stop, display, finish: Callable) -> Any:
-    from dlperf_tasks.remote.trial import watch_then_finish
-
     return watch_then_finish(pool, state, poll_s, stop, display.progress if display else None, finish)
 
 
@@ -136,10 +139,6 @@ def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None
     ``lease_wait_s``: wait this long for the nodes instead of the settings' ``lease_wait_s``;
     ``busy_returns``: return ``{"waiting": reason}`` when none were free by then, recording nothing
     (the caller waits elsewhere, e.g. a deferred task without a worker slot, and calls again)."""
-    from dlperf_tasks.engine.placement import usable_nodes
-    from dlperf_tasks.remote.allocation import lease_group
-    from dlperf_tasks.remote.ssh import SSHPool
-
     cluster = pool.cluster if pool is not None else load_cluster(settings)
     topo = trial.cell.topology
     fits = usable_nodes(cluster, trial, rd, settings)  # A/B: pinned nodes; else not quarantined, spread (issue 17)
@@ -176,10 +175,6 @@ def finish_leased(state: Mapping[str, Any], verdict, suite, rd: RunDir, settings
                   pool=None) -> TrialResult:
     """Finish a trial :func:`start_leased` started (any process, any host): collect, clean, gate,
     release its leases."""
-    from dlperf_tasks.engine.trialstate import release_leases
-    from dlperf_tasks.remote.allocation import renew_all
-    from dlperf_tasks.remote.ssh import SSHPool
-
     cluster = load_cluster(settings)
     own = pool is None
     pool = pool or SSHPool(cluster)
@@ -200,16 +195,12 @@ def display_for(item: Mapping[str, Any], log: Callable[[str], None] | None, sett
     """The progress display of one planned trial run as its own task: ``[done/planned]`` over
     the whole DAG run (the plan's ``planned`` / ``planned_runs``; done = the trial records staged
     by every task of it, this one included), else over this trial alone."""
-    from dlperf_tasks.engine.progress import Display
-
     planned = item.get("planned")
     if not isinstance(planned, int) or planned < 1:
         return Display(log, 1)
     runs = [r for r in item.get("planned_runs") or [item["run_id"]] if isinstance(r, str)]
 
     def count(key: str) -> int:
-        from dlperf_tasks.engine.staging import trials_done
-
         return trials_done(settings, runs, (item["run_id"], key))
 
     return Display(log, planned, count_done=count)
@@ -223,9 +214,6 @@ def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tr
     ``{"started": state}`` (remote jobs running, nodes leased; :func:`finish_item` ends it), or
     with ``busy_returns`` ``{"waiting": reason}`` when no nodes were free within ``lease_wait_s``
     (nothing recorded; see :func:`start_leased`)."""
-    from dlperf_tasks.engine.dagdecisions import adaptive_skip
-    from dlperf_tasks.report.result_json import trial_record
-
     trial = Trial.from_dict(item["trial"])
     if item.get("dry_run"):
         res = TrialResult(trial=trial, status=TrialStatus.NOT_RUN, reason="dry run")
@@ -279,8 +267,6 @@ def run_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_trie
              log: Callable[[str], None] | None = None, poll_s: float = 0.5) -> dict[str, Any]:
     """One planned trial, whole, in this process (:func:`start_item`, the watcher, :func:`finish_item`:
     the same halves a deferred task runs, with the trigger's poll rules in between); its record."""
-    from dlperf_tasks.remote.ssh import SSHPool
-
     display = display_for(item, log, settings)
     # one SSH pool (connections made when first used) for the start, the watch and the finish
     with (contextlib.nullcontext() if settings.is_local else SSHPool(load_cluster(settings))) as pool:
@@ -330,10 +316,6 @@ def stop_runs(run_ids: set[str]) -> None:
 def abort_started(state: Mapping[str, Any], cluster, pool=None) -> list[str]:
     """Stop a started trial nobody will finish (its deferred task was killed): its jobs and
     telemetry loops killed, job directories and containers removed, leases released. Notes."""
-    from dlperf_tasks.engine.trialstate import release_leases, telemetry_abort
-    from dlperf_tasks.remote.ssh import SSHPool
-    from dlperf_tasks.remote.trial import abort_trial
-
     own = pool is None
     pool = pool or SSHPool(cluster)
     try:

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import logging
 from typing import Any, Mapping
+from dlperf_tasks.telemetry.hooks import remote_sampler
+from dlperf_tasks.telemetry.sampler import TelemetryConfig
+from dlperf_tasks.remote.jobs import JobPaths, RemoteJob
+from dlperf_tasks.telemetry.hooks import stop_and_save
+from dlperf_tasks.remote.allocation import release_all
+from dlperf_tasks.remote.jobpoll import JobsWatch, stop_jobs
 
 log = logging.getLogger(__name__)
 
 
 def telemetry_start(pool, nodes: list[str], trial, image: str | None) -> dict[str, Any] | None:
     """Start the trial's telemetry sampler (``DLPERF_TELEMETRY``); its state, or None (off / no sampler)."""
-    from dlperf_tasks.telemetry.hooks import remote_sampler
-    from dlperf_tasks.telemetry.sampler import TelemetryConfig
-
     cfg = TelemetryConfig.from_env()
     if not cfg.enabled:
         return None
@@ -31,10 +34,6 @@ def telemetry_stop(pool, doc: Mapping[str, Any] | None, trial, run_dir) -> None:
     """Stop the sampler of :func:`telemetry_start` (any process) and keep its raw text in the run dir."""
     if not doc:
         return
-    from dlperf_tasks.remote.jobs import JobPaths, RemoteJob
-    from dlperf_tasks.telemetry.hooks import remote_sampler, stop_and_save
-    from dlperf_tasks.telemetry.sampler import TelemetryConfig
-
     s = remote_sampler(pool, doc["nodes"], trial, TelemetryConfig.from_env(), doc.get("image"))
     s.started_at, s.errors = doc.get("started_at"), list(doc.get("errors") or [])
     for n, r in (doc.get("raw") or {}).items():
@@ -46,16 +45,12 @@ def telemetry_stop(pool, doc: Mapping[str, Any] | None, trial, run_dir) -> None:
 
 def release_leases(pool, docs) -> None:
     """Release the trial's node leases (unreachable nodes: their lease expires by itself)."""
-    from dlperf_tasks.remote.allocation import release_all
-
     for node, why in release_all(pool, docs).items():
         log.warning("lease of node %s not released (it expires by itself): %s", node, why)
 
 
 def telemetry_abort(pool, doc: Mapping[str, Any] | None) -> None:
     """Kill the sampler's loops and remove their job directories (nothing kept)."""
-    from dlperf_tasks.remote.jobpoll import JobsWatch, stop_jobs
-
     jobs = [{"node": n, "job_id": job_id, "base_dir": base} for n, js in ((doc or {}).get("jobs") or {}).items()
             for _, job_id, base in js]
     if jobs:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
+from dlperf_tasks.frameworks import preflight
+from dlperf_tasks.frameworks._stream import parse_with
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,6 @@ class Framework(ABC):
         """:meth:`launch`, then the pre-launch guard (``frameworks.preflight``): raises
         ``LaunchGuardError`` (a ValueError) when the command would train another model, precision,
         batch or world size than the cell. Every runtime launches through here."""
-        from dlperf_tasks.frameworks import preflight
-
         spec = self.launch(trial, node_rank, nodes, settings)
         preflight.guard(self.name, trial.cell, spec.argv, settings)
         return spec
@@ -113,8 +113,6 @@ class Framework(ABC):
     def parse(self, lines: Iterable[str]) -> ParsedLog:
         """Stream a log (lines may contain ``\\r`` / glued fragments) into samples + facts.
         Must not load more than it needs; must never raise on garbage (record it in facts.errors)."""
-        from dlperf_tasks.frameworks._stream import parse_with
-
         return parse_with(self.stream(), lines)
 
     def expected_ranks(self, cell: Cell) -> list[int]:

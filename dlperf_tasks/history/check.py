@@ -22,6 +22,11 @@ from dlperf_tasks.core.errors import DlperfError, StoreError
 from dlperf_tasks.history.notify import NotifyError, notify
 from dlperf_tasks.history.regress import RegressConfig, RegressionReport, detect
 from dlperf_tasks.history.runs import RunView
+from dlperf_tasks.store import layout as L
+from dlperf_tasks.store.backends import sha256_bytes
+from dlperf_tasks.store.index import update_index
+from dlperf_tasks.history.loss import FLAG, loss_verdicts
+from dlperf_tasks.history.confirm import notify_only_confirmed
 
 MANIFEST_KEY = "regressions"
 _log = logging.getLogger("dlperf.history")
@@ -47,10 +52,6 @@ def record_report(store: Any, run_id: str, report: RegressionReport) -> None:
     if annotate is not None:
         annotate(run_id, MANIFEST_KEY, report.to_dict(), index_value=index_badge(report))
         return
-    from dlperf_tasks.store import layout as L
-    from dlperf_tasks.store.backends import sha256_bytes
-    from dlperf_tasks.store.index import update_index
-
     manifest = store.read_manifest(run_id)
     manifest[MANIFEST_KEY] = report.to_dict()
     data = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
@@ -79,8 +80,6 @@ def read_recorded(store: Any, run_id: str, manifest: dict | None = None) -> dict
 
 def add_loss_verdicts(report: RegressionReport, result: dict, rows: list[dict]) -> None:
     """The loss sanity verdicts (history/loss.py): out of band = a finding "fast but wrong?"."""
-    from dlperf_tasks.history.loss import FLAG, loss_verdicts
-
     found = loss_verdicts(result, rows)
     report.verdicts.extend(found)
     report.findings.extend(v for v in found if v.status == FLAG)
@@ -101,7 +100,6 @@ def check_run(store: Any, run_id: str, config: RegressConfig | None = None, *, r
     if record:
         record_report(store, run_id, report)
     target = notify_target if notify_target is not None else (None if notify_default else "")
-    from dlperf_tasks.history.confirm import notify_only_confirmed
 
     if notify_only_confirmed():  # DLPERF_NOTIFY_ON=confirmed: only A/B-confirmed findings are sent (confirm.py)
         target = ""

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 
 from dlperf_tasks.history.robust import mann_whitney_u
 from dlperf_tasks.history.runs import RUN_ENV_KEYS, env_diff
+from dlperf_tasks.history.notify import notify
 
 CONFIRMED = "confirmed"
 NOT_REPRODUCED = "not_reproduced"
@@ -276,8 +277,6 @@ def record(store: Any, doc: Mapping[str, Any], *, notify_target: str | None = No
     its index badge; notify when confirmed: through ``send(report)`` when given (the DAG path:
     every configured Airflow notifier), else the webhook (target, else ``DLPERF_NOTIFY_URL``).
     Returns sent."""
-    from dlperf_tasks.history.notify import notify
-
     run_id = doc["run_id"]
     current = store.read_annotation(run_id, ANNOTATION) or {"run_id": run_id, "findings": {}}
     current["findings"][doc["finding"]] = dict(doc)

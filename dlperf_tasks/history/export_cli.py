@@ -8,12 +8,11 @@ import sys
 from typing import Callable
 
 from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.history.export_formats import render
+from dlperf_tasks.history.source import resolve_run
 
 
 def export_runs(args, fmt: str, store, say: Callable[[str], None]) -> int:
-    from dlperf_tasks.history.export_formats import render
-    from dlperf_tasks.history.source import resolve_run
-
     if args.runs:
         run_ids = [resolve_run(store, r, suite=args.suite) for r in args.runs]
     elif args.suite:

@@ -27,6 +27,8 @@ import datetime as dt
 import json
 import math
 from typing import Any, Iterable, Mapping
+from dlperf_tasks import __version__
+from dlperf_tasks.core.errors import DlperfError
 
 FORMATS = ("openmetrics", "conbench", "bencher")
 
@@ -152,8 +154,6 @@ def _conbench_one(result: Mapping[str, Any], cell: Mapping[str, Any], dlperf_ver
 
 
 def to_conbench(results: Iterable[Mapping[str, Any]]) -> str:
-    from dlperf_tasks import __version__
-
     docs = [_conbench_one(res, cell, __version__) for res in results for cell in res.get("cells") or []]
     return json.dumps(docs, indent=2) + "\n"
 
@@ -185,8 +185,6 @@ def to_bencher(result: Mapping[str, Any]) -> str:
 
 def render(results: list[Mapping[str, Any]], fmt: str, timestamps: bool = True) -> str:
     """``results`` (result JSON documents) in ``fmt`` (one of :data:`FORMATS`)."""
-    from dlperf_tasks.core.errors import DlperfError
-
     if fmt == "openmetrics":
         return to_openmetrics(results, timestamps=timestamps)
     if fmt == "conbench":

@@ -31,6 +31,8 @@ import urllib.request
 from typing import Any, Callable, Mapping
 
 from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.history.basis import badge, basis_of
+from dlperf_tasks.history.basis import basis_line
 
 ENV = "DLPERF_NOTIFY_URL"
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*([.:][A-Za-z_][A-Za-z0-9_]*)$")
@@ -136,12 +138,10 @@ def findings_message(report: Mapping[str, Any], results_url: str | None = None) 
     findings = report.get("findings") or []
     if report.get("kind") == "confirmation":
         return _confirmation_message(report, findings, results_url)
-    from dlperf_tasks.history.basis import badge, basis_of
 
     subject = (f"dlperf: {len(findings)} regression(s) in {report.get('suite')} run {report.get('run_id')}"
                if findings else f"dlperf: {badge(basis_of(report))[1]} in {report.get('suite')} run "
                                 f"{report.get('run_id')}")
-    from dlperf_tasks.history.basis import basis_line
 
     lines = [subject] + [_finding_line(f) for f in findings] + [f"basis: {basis_line(basis_of(report))}"]
     if results_url:

@@ -44,6 +44,8 @@ from typing import Any, Iterable
 from dlperf_tasks.history.interval import MEDIAN_EFF, noise_from_history, t_quantile
 from dlperf_tasks.history.robust import mad, mann_whitney_u, median
 from dlperf_tasks.history.runs import RunView, env_diff, sort_runs
+from dlperf_tasks.history.basis import summarize
+from dlperf_tasks.history.basis import basis_line
 
 OK = "ok"
 REGRESSION = "regression"
@@ -124,8 +126,6 @@ class RegressionReport:
     @property
     def basis(self) -> dict[str, Any]:
         """The counts every surface shows (history/basis.py: the one function that makes them)."""
-        from dlperf_tasks.history.basis import summarize
-
         return summarize(({"kind": v.kind, "cell_id": v.cell_id, "status": v.status} for v in self.verdicts),
                          self.config.min_history)
 
@@ -146,8 +146,6 @@ class RegressionReport:
 
     def summary_lines(self) -> list[str]:
         """Human-readable lines for task logs and notifications."""
-        from dlperf_tasks.history.basis import basis_line
-
         lines = [f"regression check of run {self.run_id} ({self.suite}): {basis_line(self.basis)}"]
         for v in self.findings + self.noisy:
             if v.kind == "loss":  # "fast but wrong?": the note says it all

@@ -12,21 +12,20 @@ from __future__ import annotations
 from typing import Any
 
 from dlperf_tasks.history.runs import RunView, sort_runs
+from dlperf_tasks.core.settings import Settings
+from dlperf_tasks.store.store import Store
+from dlperf_tasks.core.errors import DlperfError
 
 ENV = "DLPERF_STORE_URL"
 
 
 def store_settings(url: str | None = None, settings=None):
     """The settings whose store is ``url`` (``--store``), else the configured one."""
-    from dlperf_tasks.core.settings import Settings
-
     return (settings or Settings.load()).with_store(url)
 
 
 def open_store(url: str | None = None, settings=None):
     """The :class:`dlperf_tasks.store.Store` for ``url`` / the settings' store."""
-    from dlperf_tasks.store.store import Store
-
     return Store.from_url(store_settings(url, settings).store_url)
 
 
@@ -38,8 +37,6 @@ def history_views(store: Any, suite: str, since: str | None = None) -> list[RunV
 def resolve_run(store: Any, spec: str, suite: str | None = None) -> str:
     """A full run id from ``spec``: the id itself, ``latest`` (newest run, of ``suite`` if
     given) or a unique prefix of a run id. Raises DlperfError naming the candidates."""
-    from dlperf_tasks.core.errors import DlperfError
-
     spec = spec or ""
     if any(c.isspace() or ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in spec):
         raise DlperfError(f"run {spec!r}: a run id has no whitespace or control character (not even a "

@@ -37,6 +37,7 @@ from dlperf_tasks.measure.logtree import MAX_TRIAL_LINES, FileTooLarge, LogTree,
 from dlperf_tasks.core.model import LogFacts, ParsedLog, Samples, Trial, TrialResult, Window
 from dlperf_tasks.measure.stats import CellStats, aggregate
 from dlperf_tasks.measure.validity import gate, missing_log
+from dlperf_tasks.frameworks._lines import _utf8_safe, split_chunks
 
 #: the model key DLPerf's own extractors printed in their result dict, per framework
 #: (seed 000: 'bert-base', 003: 'bert', 004: 'rn50'); a suite's ``extra: {dlperf_model: ...}`` wins
@@ -106,8 +107,6 @@ def dlperf_model_key(suite) -> str | None:
 def _decode_stream(fh) -> Iterator[str]:
     """The lines of a binary file object (universal newlines, bounded line length); for callers
     that want lines. Extraction itself feeds blocks to ``Framework.stream()``."""
-    from dlperf_tasks.frameworks._lines import _utf8_safe, split_chunks
-
     def blocks():
         with fh:
             while True:

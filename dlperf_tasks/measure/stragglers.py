@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from dlperf_tasks.core.model import Sample, Trial, TrialResult, Window
+from dlperf_tasks import frameworks
 
 #: default relative slow-down that makes a node a straggler (0.10 = 10 % slower than the others)
 DEFAULT_THRESHOLD = 0.10
@@ -202,8 +203,6 @@ def per_node_step_times(node_samples: Mapping[int, Sequence[Sample]], node_names
 def from_logs(trial: Trial, node_logs: Mapping[int, Iterable[str]], node_names: Sequence[str], *,
               threshold: float = DEFAULT_THRESHOLD, window: Window | None = None) -> StragglerReport:
     """Parse each node's log (``{node_rank: lines}``) with the trial's framework and compare."""
-    from dlperf_tasks import frameworks
-
     fw = frameworks.get(trial.cell.framework)
     samples = {r: fw.parse(lines).samples for r, lines in node_logs.items()}
     per, ranks = per_node_step_times(samples, list(node_names), trial.cell.topology.gpus_per_node,
@@ -215,8 +214,6 @@ def from_logs(trial: Trial, node_logs: Mapping[int, Iterable[str]], node_names: 
 def from_run_dir(result: TrialResult, run_dir: str | os.PathLike, *,
                  threshold: float = DEFAULT_THRESHOLD) -> StragglerReport:
     """The straggler report of one finished trial whose node logs lie in ``run_dir``."""
-    from dlperf_tasks import frameworks
-
     trial = result.trial
     fw = frameworks.get(trial.cell.framework)
     root = Path(run_dir)

@@ -38,6 +38,9 @@ from typing import Any, Callable, Mapping
 
 from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.remote.jobs import JobPaths, RemoteJob, exit_code, is_alive, kill_job, read_log, remove_job_dir
+from dlperf_tasks.frameworks import get
+from dlperf_tasks.remote.watch import progress_state
+from dlperf_tasks.remote.allocation import renew_all
 
 STARTUP_S = 10.0  # a job younger than this may not have written its pid file yet
 READ_MAX = 1 << 20  # log bytes read per job and poll (progress only; the finish copies the full logs)
@@ -100,9 +103,6 @@ def _progress(pool, w: JobsWatch, job: RemoteJob, parse: bool) -> bool:
     w.offsets[job.paths.job_id] = off + len(data)
     if not w.framework:
         return True
-    from dlperf_tasks.frameworks import get
-    from dlperf_tasks.remote.watch import progress_state
-
     state = progress_state(get(w.framework))
     state.feed(data.decode("utf-8", "replace"))
     top = state.max_iteration or 0
@@ -157,7 +157,6 @@ def renew_leases(pool, w: JobsWatch, now: float) -> None:
     """Renew the trial's node leases when a quarter of their TTL has passed since the last renewal."""
     if not w.leases or now - w.renewed_at < w.lease_ttl_s / 4:
         return
-    from dlperf_tasks.remote.allocation import renew_all
 
     w.renewed_at = now
     w.lost_leases += [n for n in renew_all(pool, w.leases, w.lease_ttl_s) if n not in w.lost_leases]

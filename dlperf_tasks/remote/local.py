@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 from dlperf_tasks.frameworks.base import Framework, NodeSpec
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
+from dlperf_tasks.measure.extract import gate_run_logs
 
 LOCAL_MAX_PROCS = 8  # "GPUs" per node on the local cluster = worker processes on this machine
 _RUNNING: dict[str, list[subprocess.Popen]] = {}
@@ -93,8 +94,6 @@ def run_trial(trial: Trial, framework: Framework, launcher: Mapping, run_dir: st
     """Run ``trial`` as local processes, write its logs under ``run_dir``, gate it.
     ``progress(iteration)`` is called every few seconds with the iterations seen so far;
     ``plausible_max_per_gpu`` is the suite's plausibility bound (None: the framework's default)."""
-    from dlperf_tasks.measure.extract import gate_run_logs
-
     run_dir = Path(run_dir)
     started = time.time()
     procs: list[subprocess.Popen] = []

@@ -42,6 +42,8 @@ from dlperf_tasks.remote.dockercmd import (CONTAINER_LOG_DIR, LABEL_NODE, LABEL_
 from dlperf_tasks.remote.inventory import Node, Registry
 from dlperf_tasks.remote.jobs import JobCommand
 from dlperf_tasks.remote.ssh import SSHPool
+from dlperf_tasks.catalog.validate import check_image_ref
+from dlperf_tasks.remote import engine
 
 # ---- runtimes --------------------------------------------------------------------------
 class HostRuntime:
@@ -119,7 +121,6 @@ class DockerRuntime(HostRuntime):
         if not password:
             raise RemoteError(f"registry {reg.server}: no password (set the environment variable "
                               f"{reg.password_env or '<password_env>'} or the connection's password)", node=node)
-        from dlperf_tasks.remote import engine
 
         facts.pulled, line = engine.registry_pull(pool, node, self.image, server=reg.server,
                                                   username=reg.resolve_username(), password=password)
@@ -257,7 +258,6 @@ def make_runtime(container: ContainerSpec | None, image: str | None = None, regi
     """The suite's runtime; ``ssh_port`` (from the inventory's ``mpi_ssh_port``) overrides the suite's sshd port."""
     if container is None:
         return HostRuntime()
-    from dlperf_tasks.catalog.validate import check_image_ref
 
     check_image_ref(image or container.image, "image")
     sshd_cmd = (launcher or {}).get("sshd_command")

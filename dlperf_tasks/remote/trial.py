@@ -44,6 +44,8 @@ from dlperf_tasks.remote.trialnodes import (LAUNCH_EXIT_CODES, VANISHED, LaunchE
                                             parallel, start_mpi_helper, start_node_job)
 from dlperf_tasks.remote.trialcmd import helper_prelude, node_run_dir, trial_commands
 from dlperf_tasks.remote.watch import NodeLog, progress_state
+from dlperf_tasks.remote.runtime import remove_containers_command
+from dlperf_tasks.measure.extract import gate_run_logs
 
 log = logging.getLogger(__name__)
 __all__ = ["Progress", "run_trial", "start_trial", "finish_trial", "abort_trial", "LAUNCH_EXIT_CODES", "VANISHED"]
@@ -169,8 +171,6 @@ class _TrialRun:
         collect(self.pool, self.runs, self.notes)
 
     def gate(self, status: TrialStatus | None, reason: str, started: float) -> TrialResult:
-        from dlperf_tasks.measure.extract import gate_run_logs
-
         launch_failed = [nr for nr in self.runs if nr.exit_code in LAUNCH_EXIT_CODES or nr.exit_code == VANISHED]
         if launch_failed and status in (None, TrialStatus.NONZERO_EXIT) and self.max_iteration() == 0:
             status = TrialStatus.LAUNCH_FAILED
@@ -293,8 +293,6 @@ def finish_trial(cluster: Cluster, state: Mapping[str, Any], verdict: Mapping[st
 def abort_trial(cluster: Cluster, state: Mapping[str, Any], pool: SSHPool, kill_grace_s: float = 5.0) -> list[str]:
     """Stop a started trial nobody will finish (its task was killed while deferred): kill its jobs,
     remove its job directories and its containers on every node. Returns notes (nodes not clean)."""
-    from dlperf_tasks.remote.runtime import remove_containers_command
-
     notes: list[str] = []
     if state.get("watch"):
         w = jobpoll.JobsWatch.from_dict(state["watch"])

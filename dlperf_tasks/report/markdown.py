@@ -26,6 +26,7 @@ import pprint
 from typing import Any, Iterable, Mapping
 
 from dlperf_tasks.report.numbers import num2, pct
+from dlperf_tasks.report.flags import flags_lines
 
 _TP_HEADER = ["node_num", "gpu_num", "samples/s", "speedup"]
 _FULL_HEADER = ["node_num", "gpu_num", "median", "average", "min", "max", "stdev", "cv %",
@@ -226,8 +227,6 @@ def render_markdown(result: Mapping[str, Any], *, full: bool = True, trials: boo
     latency = [c for c in cells if c.get("metric_kind") == "latency"]
     if latency:
         out += ["### latency and memory per case", "", latency_table(latency), "", memory_note(latency), ""]
-
-    from dlperf_tasks.report.flags import flags_lines
 
     out += flags_lines(cells)
     if trials:

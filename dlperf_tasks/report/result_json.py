@@ -33,6 +33,7 @@ from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.core.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
 from dlperf_tasks.measure.extract import dlperf_model_key
 from dlperf_tasks.measure.stats import CellStats, dlperf_dict, dlperf_round
+from dlperf_tasks.report.result_stream import write_atomic
 
 SCHEMA_VERSION = 1
 
@@ -291,8 +292,6 @@ def dumps(result: Mapping[str, Any]) -> str:
 
 def write_result(result: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Validate and write atomically (temp file + rename). Returns the path."""
-    from dlperf_tasks.report.result_stream import write_atomic
-
     validate(result, where=str(path))
     data = dumps(result).encode("utf-8")
     return write_atomic(path, lambda fh: fh.write(data))

@@ -26,6 +26,7 @@ from typing import IO, Callable, Iterator
 
 from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.limits import Progress, pieces
+from dlperf_tasks.store import layout as L
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -104,8 +105,6 @@ def download_object(src: IO[bytes], out: IO[bytes], entry: dict, where: str, pro
 
 def get_run(store, run_id: str, to_dir: str | os.PathLike, suite: str | None = None) -> Path:
     """Download every object of the run's manifest into ``to_dir`` (see the module docstring)."""
-    from dlperf_tasks.store import layout as L
-
     progress = Progress()
     manifest = store.read_manifest(run_id, suite)
     loc = store.locate(run_id, suite)

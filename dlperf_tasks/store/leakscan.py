@@ -28,6 +28,7 @@ import tarfile
 from typing import IO, Iterable
 
 from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core import resolved_secrets
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _SEPARATORS = " \t\r\n\"'`,;()[]{}<>=|"
@@ -355,7 +356,6 @@ def _secret_like(value: str) -> bool:
 
 def scan_spool(spool, known: Iterable[str] = (), planted: Iterable[str] = ()) -> None:
     """Scan every object of a :class:`~dlperf_tasks.store.spool.Spool` (tarball members too)."""
-    from dlperf_tasks.core import resolved_secrets
     scanner = LeakScanner(known, list(planted) + planted_from_environment() + resolved_secrets.values())
     listed = {e["path"]: e["sha256"] for e in spool.manifest["objects"]}
     for e in spool.manifest["objects"]:

@@ -28,6 +28,7 @@ from dlperf_tasks.store.redact import Redactor
 from dlperf_tasks.store.runfiles import publish_lock
 from dlperf_tasks.store.sameid import existing_other_run, refuse_message
 from dlperf_tasks.store.spool import Spool
+from dlperf_tasks.store.backends import sha256_bytes
 
 
 
@@ -208,7 +209,6 @@ def _put_json_if_changed(backend: Backend, key: str, doc: dict) -> None:
     import json
 
     data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
-    from dlperf_tasks.store.backends import sha256_bytes
 
     digest = sha256_bytes(data)
     info = backend.head(key)

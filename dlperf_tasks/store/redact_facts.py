@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core import resolved_secrets
 
 NODE_FACTS_FILE = "node-facts.json"  # per run dir; ``{node: {..., "identity": node_identity(...)}}``
 NODE_IDENTITY_FILE = "node-identity.json"  # per run dir; ``{node: node_identity(...)}`` (either works)
@@ -84,7 +85,6 @@ def _remember_inventory_secrets(inventory: Any) -> None:
     ``*_env`` variables name, the registry password) with the leak check's registry."""
     import os
 
-    from dlperf_tasks.core import resolved_secrets
     if isinstance(inventory, Mapping):
         raw = inventory.get("nodes") or []
         nodes = [dict(v or {}) for v in raw.values()] if isinstance(raw, Mapping) else list(raw)

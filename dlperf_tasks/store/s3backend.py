@@ -16,6 +16,7 @@ from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.backends import (CHUNK, Backend, NotFound,
                                          NotSupported, ObjectInfo, PreconditionFailed, sha256_bytes)
 from dlperf_tasks.store.limits import Limits, read_bounded
+from dlperf_tasks.core.safeurl import credential_problem
 
 # objects bigger than this go up as S3 multipart uploads (streamed, 16 MiB parts)
 MULTIPART_THRESHOLD = 64 * CHUNK
@@ -53,8 +54,6 @@ class S3Settings:
 def _endpoint_has_credentials(url: str) -> bool:
     """``https://KEY:SECRET@host``, ``https://user@host`` or ``?secret_key=...`` in an endpoint
     (the one rule of :func:`dlperf_tasks.core.safeurl.credential_problem`)."""
-    from dlperf_tasks.core.safeurl import credential_problem
-
     problem = credential_problem(url)
     return problem is not None and "credential" in problem
 

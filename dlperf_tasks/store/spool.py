@@ -35,6 +35,7 @@ from dlperf_tasks.store.backends import sha256_file
 from dlperf_tasks.store.leakscan import scan_spool
 from dlperf_tasks.store.redact import Redactor, Secrets, read_node_identities
 from dlperf_tasks.store.runfiles import NotRegular, open_binary, open_text, walk
+from dlperf_tasks.store.leakscan import LeakScanner
 
 SPOOL_DIR = "publish-spool"
 MANIFEST_SCHEMA_VERSION = 1
@@ -72,8 +73,6 @@ def _publishable_run_id(run_id: str, redactor: Redactor) -> str:
     """A run id is part of every key and of result.json: one that redaction would change or the
     leak check would refuse (``x:y@z`` reads as user@host, ``run-10.1.2.3`` as an address, a
     node's name) cannot be published as it is; refused here in one line, before any work."""
-    from dlperf_tasks.store.leakscan import LeakScanner
-
     found = LeakScanner(redactor.known_values()).scan_line(run_id)
     if found or redactor.fresh().redact_text(run_id) != run_id:
         what = f"{found[0][0]} {found[0][1]!r}" if found else "a name or address that redaction removes"

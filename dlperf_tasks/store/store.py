@@ -20,6 +20,9 @@ from dlperf_tasks.store.index import iter_index, read_index
 from dlperf_tasks.store.limits import Limits, check_size
 from dlperf_tasks.store.publish import PublishResult, RetryPolicy, publish_run
 from dlperf_tasks.store.redact import Redactor
+from dlperf_tasks.core.settings import Settings
+from dlperf_tasks.store.fetch import get_run
+from dlperf_tasks.store.index import update_index
 
 DEFAULT_REDACTION = ("ips", "hostnames", "users")
 POINTER_MAX = 64 << 10  # a run pointer is ~200 bytes
@@ -29,8 +32,6 @@ _S3_QUERY_KEYS = {"endpoint", "endpoint_url", "region", "addressing_style", "con
 
 def default_store_url() -> str:
     """The configured store (dlperf_tasks.core.settings: ``$DLPERF_STORE_URL``, else the one default)."""
-    from dlperf_tasks.core.settings import Settings
-
     return Settings.load().store_url
 
 
@@ -311,8 +312,6 @@ class Store:
         """Download every object of the manifest into ``to_dir`` (plus manifest.json),
         verifying size and sha256 of each; returns ``to_dir``. A mismatch raises StoreError
         naming the key and both checksums (the bad file is not left behind)."""
-        from dlperf_tasks.store.fetch import get_run
-
         return get_run(self, run_id, to_dir, suite)
 
     def open_object(self, key: str) -> IO[bytes]:
@@ -328,8 +327,6 @@ class Store:
         regression report) without touching its manifest or objects, so re-publishing stays
         idempotent. With ``index_value``, also set ``row[name] = index_value`` in the suite
         index row (kept across re-publishes). Returns the annotation's key."""
-        from dlperf_tasks.store.index import update_index
-
         loc = self.locate(run_id, suite)
         key = self.layout.key_for_path(loc["path"], L.Layout.annotation_rel(name))
         try:

@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from dlperf_tasks.telemetry.commands import ABSENT_MARK, GPU_FIELDS
 
 #: NVML clock event (throttle) reason bits
 REASON_BITS = {
@@ -89,8 +90,6 @@ class GpuLoop:
 
 
 def parse_gpu_loop(text: str) -> GpuLoop:
-    from dlperf_tasks.telemetry.commands import ABSENT_MARK, GPU_FIELDS
-
     out = GpuLoop()
     n = len(GPU_FIELDS)
     for raw in text.splitlines():

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from dlperf_tasks.telemetry.sampler import LocalSampler, RemoteSampler, TelemetryConfig, save_raw
+from dlperf_tasks.telemetry import report
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,6 @@ def before_aggregate(run_dir: str | Path, results: Iterable, nccl_transport: Map
                      cfg: TelemetryConfig | None = None) -> dict[str, dict]:
     """Summarise every trial that has telemetry in the run dir and apply the policy (a trial with
     an invalidating finding becomes INVALID_LOG with the reason). Returns summaries by trial key."""
-    from dlperf_tasks.telemetry import report
-
     cfg = cfg or TelemetryConfig.from_env()
     out: dict[str, dict] = {}
     for r in results:
@@ -115,8 +114,6 @@ def after_result(result: dict, run_dir: str | Path, results: Iterable, summaries
     to ``report_md`` when given, and draw one plot per trial with GPU samples into ``plots_dir``.
     ``loss_history``: cell id -> per-run final losses of earlier runs
     (:func:`dlperf_tasks.telemetry.report.loss_history_from_store`); None = not checked here."""
-    from dlperf_tasks.telemetry import report
-
     results = list(results)
     report.attach(result, run_dir, results, summaries, loss_history=loss_history)
     if report_md is not None:

@@ -20,6 +20,8 @@ from dlperf_tasks.measure import steady
 from dlperf_tasks.telemetry import gpu as g
 from dlperf_tasks.telemetry.sampler import load_raw
 from dlperf_tasks.telemetry.summary import Policy, measured_window, summarise_trial
+from dlperf_tasks.core.model import TrialStatus
+from dlperf_tasks.telemetry.summary import _LABELS
 
 HEADING = "## GPU telemetry"
 NOT_CHECKED = {"status": "not_checked", "label": None, "final_loss": None, "band": None, "history_runs": 0,
@@ -48,8 +50,6 @@ def summarise_run_trial(run_dir: str | Path, res, policy: Policy | None = None,
 
 def apply_policy(res, summary: Mapping[str, Any] | None) -> None:
     """A trial whose telemetry says invalid (policy) becomes INVALID_LOG with the reason."""
-    from dlperf_tasks.core.model import TrialStatus
-
     if summary and summary.get("invalid_reason") and res.status == TrialStatus.OK:
         res.status = TrialStatus.INVALID_LOG
         res.reason = f"GPU telemetry: {summary['invalid_reason']}"
@@ -198,8 +198,6 @@ def loss_lines(cells: list) -> list[str]:
 
 
 def _label(f: Mapping[str, Any]) -> str:
-    from dlperf_tasks.telemetry.summary import _LABELS
-
     return _LABELS.get(f["kind"], f["kind"])
 
 

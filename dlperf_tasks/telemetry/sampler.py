@@ -24,6 +24,8 @@ from typing import Any, Mapping
 
 from dlperf_tasks.telemetry import commands
 from dlperf_tasks.telemetry.summary import NodeRaw, Policy
+from dlperf_tasks.telemetry.host import parse_ofed
+from dlperf_tasks.remote import jobs
 
 log = logging.getLogger(__name__)
 PARTS = ("gpu", "host", "before", "after")
@@ -103,8 +105,6 @@ class RemoteSampler:
         self.raw[node].container_ofed = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else None
 
     def stop(self) -> dict[str, NodeRaw]:
-        from dlperf_tasks.remote import jobs
-
         self.stopped_at = time.time()
 
         def one(node: str) -> None:
@@ -178,16 +178,12 @@ class LocalSampler:
 
 
 def host_ofed(snapshot: str) -> str | None:
-    from dlperf_tasks.telemetry.host import parse_ofed
-
     return parse_ofed(commands.split_sections(snapshot).get("ofed", ""))
 
 
 def start_detached(pool, node: str, script: str, prefix: str, env: Mapping[str, str] | None = None):
     """A detached job running ``bash -c script`` on ``node`` (the remote layer's job runner; works
     with its argv-based ``JobCommand`` API and with the older shell-string one)."""
-    from dlperf_tasks.remote import jobs
-
     if hasattr(jobs, "JobCommand"):
         return jobs.start_job(pool, node, jobs.JobCommand(argv=["bash", "-c", script], env=dict(env or {})),
                               jobs.new_job_id(prefix))

@@ -39,6 +39,21 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.web.access import Viewer
+from dlperf_tasks.engine.decisions import summary_lines
+from dlperf_tasks.history import links
+from dlperf_tasks.history.rows import ls_rows
+from dlperf_tasks.history.check import read_recorded
+from dlperf_tasks.history.rows import show_rows
+from dlperf_tasks.report.plots import plot_specs
+from dlperf_tasks.history.basis import badge, basis_line, basis_of
+from dlperf_tasks.history import export
+from dlperf_tasks.report.plots import render_plot
+from dlperf_tasks.history.compare import compare_runs
+from dlperf_tasks.history.rows import compare_rows, verdict_note
+from dlperf_tasks.history.runs import RunView
+from dlperf_tasks.history.source import history_views
+from dlperf_tasks.history.trend import cell_trend
+from dlperf_tasks.report.plots import trend_png
 
 RECENT_RUNS = 20
 TREND_MAX = 365
@@ -47,8 +62,6 @@ FILES = {"result.json": "application/json", "report.md": "text/markdown; charset
 
 
 def _decision_lines(run) -> list[str]:
-    from dlperf_tasks.engine.decisions import summary_lines
-
     return summary_lines(run)
 
 
@@ -84,8 +97,6 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
                title: str = "DLPerf results"):
     """Build the FastAPI app. ``store_factory()`` is called once, at the first request;
     ``authorize`` (a FastAPI dependency) runs on every route and returns the Viewer."""
-    from dlperf_tasks.history import links
-
     env = Environment(loader=FileSystemLoader(str(_TEMPLATES)), autoescape=select_autoescape(["html"]))
     env.globals["fmt"] = _fmt
     app = FastAPI(title=title, docs_url=None, redoc_url=None, openapi_url=None,
@@ -140,8 +151,6 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request, viewer: Viewer = V):
-        from dlperf_tasks.history.rows import ls_rows
-
         suites, error = [], None
         try:
             st = store()
@@ -164,10 +173,6 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse)
     def run_page(request: Request, run_id: str, viewer: Viewer = V):
-        from dlperf_tasks.history.check import read_recorded
-        from dlperf_tasks.history.rows import show_rows
-        from dlperf_tasks.report.plots import plot_specs
-
         suite = suite_of(run_id, viewer)
         try:
             result = result_of(run_id)
@@ -191,7 +196,6 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
                        "tasks": [(t, links.task_url(ui_base, dag_id, dag_run_id, t))
                                  for t in ("trial", "aggregate", "publish")]}
         flagged = {f["cell_id"] for f in (regressions or {}).get("findings", [])}
-        from dlperf_tasks.history.basis import badge, basis_line, basis_of
 
         basis = basis_of(regressions)
         return page(request, "run.html", viewer, run={"run_id": run.get("run_id", run_id), "suite": suite},
@@ -202,8 +206,6 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
 
     @app.get("/dag-runs/{dag_id}/{dag_run_id}", response_class=HTMLResponse)
     def dag_run_results(request: Request, dag_id: str, dag_run_id: str, viewer: Viewer = V):
-        from dlperf_tasks.history.rows import ls_rows
-
         try:
             st = store()
             found = [r for suite in st.suites() if viewer.can_read(suite) and dag_of(suite) in (dag_id, None)
@@ -238,8 +240,6 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
 
     @app.get("/runs/{run_id}/download.{fmt}")
     def download(run_id: str, fmt: str, viewer: Viewer = V):
-        from dlperf_tasks.history import export
-
         if fmt not in ("json", "csv", "parquet"):
             raise HTTPException(404, "download formats: json, csv, parquet")
         suite_of(run_id, viewer)
@@ -256,8 +256,6 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
 
     @app.get("/runs/{run_id}/plots/{name}")
     def plot(run_id: str, name: str, viewer: Viewer = V):
-        from dlperf_tasks.report.plots import render_plot
-
         if not name.endswith(".png") or "/" in name:
             raise HTTPException(404, f"no plot {name!r}")
         suite_of(run_id, viewer)
@@ -280,11 +278,6 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
 
     @app.get("/compare", response_class=HTMLResponse)
     def compare_page(request: Request, b: str, a: str | None = None, viewer: Viewer = V):
-        from dlperf_tasks.history.compare import compare_runs
-        from dlperf_tasks.history.rows import compare_rows, verdict_note
-        from dlperf_tasks.history.runs import RunView
-        from dlperf_tasks.history.source import history_views
-
         suite = suite_of(b, viewer)
         try:
             if not a:
@@ -302,9 +295,6 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
                     note=verdict_note(doc), env_diff=doc["env_diff"], choices=choices)
 
     def _trend(suite: str, cell: str, last: int, viewer: Viewer):
-        from dlperf_tasks.history.source import history_views
-        from dlperf_tasks.history.trend import cell_trend
-
         if not viewer.can_read(suite):
             raise HTTPException(403, f"user {viewer.name!r} may not read the results of suite {suite!r}")
         views = history_views(store(), suite)
@@ -323,8 +313,6 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
 
     @app.get("/trend.png")
     def trend_png_route(suite: str, cell: str, last: int = Query(60, ge=1, le=TREND_MAX), viewer: Viewer = V):
-        from dlperf_tasks.report.plots import trend_png
-
         try:
             tr, newest = _trend(suite, cell, last, viewer)
         except DlperfError as exc:
@@ -362,8 +350,6 @@ def _recent(store: Any, suite: str, n: int) -> tuple[list[dict], int]:
 def _previous_run(store: Any, suite: str, run_id: str) -> str | None:
     """The run of ``suite`` published just before ``run_id`` (index order), or None. Two
     passes over the index, one summary held at a time."""
-    from dlperf_tasks.history.runs import RunView
-
     def key(r: dict) -> tuple:
         return RunView.from_summary(r).sort_key
 
