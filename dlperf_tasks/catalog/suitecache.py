@@ -30,6 +30,8 @@ ENV_OFF = "DLPERF_NO_SUITE_CACHE"
 _PKG = Path(__file__).resolve().parents[1]
 _CODE_DIRS = ("catalog", "core", "policy")
 _code_key: bytes | None = None
+#: entries kept: every code change makes new keys, so a put beyond this drops the oldest (a dev checkout)
+MAX_ENTRIES = 64
 
 
 def cache_dir() -> Path | None:
@@ -96,5 +98,12 @@ def put(path: str, data: bytes, suite) -> None:
         except BaseException:
             os.unlink(tmp)
             raise
+        _prune(d)
     except Exception:  # noqa: BLE001 - a cache that cannot be written is only slower
         return
+
+
+def _prune(d: Path) -> None:
+    entries = sorted(d.glob("*.pickle"), key=lambda p: p.stat().st_mtime_ns)
+    for old in entries[:max(len(entries) - MAX_ENTRIES, 0)]:
+        old.unlink(missing_ok=True)

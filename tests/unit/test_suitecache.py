@@ -96,3 +96,15 @@ def test_site_suites_are_not_cached(cache_home, tmp_path):
 
 def test_the_size_cap_is_the_yaml_readers():
     assert loader.MAX_BYTES == yamlsrc.MAX_BYTES
+
+
+def test_old_entries_are_dropped_beyond_the_cap(cache_home, monkeypatch):
+    monkeypatch.setattr(suitecache, "MAX_ENTRIES", 2)
+    for i, name in enumerate(("mxnet-bert", "pytorch-bert", "tensorflow-bert")):
+        loader.load_suite(name)
+        for n, entry in enumerate(_entries(cache_home)):  # distinct, increasing ages
+            os.utime(entry, ns=(entry.stat().st_atime_ns, (i * 10 + n) * 10**9))
+    entries = _entries(cache_home)
+    assert len(entries) == 2
+    path = loader.find_suite_file("tensorflow-bert")
+    assert suitecache.get(str(path), path.read_bytes()) is not None
