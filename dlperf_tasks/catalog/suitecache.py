@@ -7,7 +7,7 @@ checks ~6 ms), about a tenth of a whole run on a PyTorch BERT tree. A built-in s
 loads the same file unpickles it (~1 ms) and never imports PyYAML or the checks.
 
 The key is a digest of the file's path and bytes and of the package code that builds a Suite
-(version, and size and mtime of every module of ``catalog``, ``core`` and ``policy``), so an
+(dlperf's and Python's version, and size and mtime of every module of ``catalog``, ``core`` and ``policy``), so an
 edited suite or a changed loader is a miss, never a stale hit. Only the package's own suites are
 cached (a site suite's checks depend on its catalog directory, e.g. its ``frameworks/``). A file
 is unpickled only when it and its directory belong to this user (or root) and nobody else may
@@ -21,6 +21,7 @@ import hashlib
 import os
 import pickle
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def cache_dir() -> Path | None:
 def _code() -> bytes:
     global _code_key
     if _code_key is None:
-        parts = [__version__]
+        parts = [__version__, sys.version]
         for d in _CODE_DIRS:
             with os.scandir(_PKG / d) as it:
                 parts += sorted(f"{e.name}:{e.stat().st_size}:{e.stat().st_mtime_ns}"
