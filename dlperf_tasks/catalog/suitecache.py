@@ -7,7 +7,8 @@ checks ~6 ms), about a tenth of a whole run on a PyTorch BERT tree. A built-in s
 loads the same file unpickles it (~1 ms) and never imports PyYAML or the checks.
 
 The key is a digest of the file's path and bytes and of the package code that builds a Suite
-(dlperf's and Python's version, and size and mtime of every module of ``catalog``, ``core`` and ``policy``), so an
+(dlperf's and Python's version, and size and mtime of every module of ``catalog``, ``core``, ``policy`` and
+``frameworks``: the checks ask the framework registry), so an
 edited suite or a changed loader is a miss, never a stale hit. Only the package's own suites are
 cached (a site suite's checks depend on its catalog directory, e.g. its ``frameworks/``). A file
 is unpickled only when it and its directory belong to this user (or root) and nobody else may
@@ -29,7 +30,7 @@ from dlperf_tasks import __version__
 
 ENV_OFF = "DLPERF_NO_SUITE_CACHE"
 _PKG = Path(__file__).resolve().parents[1]
-_CODE_DIRS = ("catalog", "core", "policy")
+_CODE_DIRS = ("catalog", "core", "policy", "frameworks")
 _code_key: bytes | None = None
 #: entries kept: every code change makes new keys, so a put beyond this drops the oldest (a dev checkout)
 MAX_ENTRIES = 64
