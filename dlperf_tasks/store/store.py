@@ -12,12 +12,12 @@ from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from dlperf_tasks.core import resolved_secrets
 from dlperf_tasks.core.errors import StoreError
-from dlperf_tasks.core.safeurl import refusal, safe_url
+from dlperf_tasks.core.safeurl import refusal, safe_url, scheme_problem, store_scheme
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import Backend, LocalBackend, NotFound, sha256_bytes
 from dlperf_tasks.store.s3backend import S3Backend, s3_settings, settings_from_connection
 from dlperf_tasks.store.index import iter_index, read_index
-from dlperf_tasks.store.limits import Limits, check_size
+from dlperf_tasks.store.limits import MAX_DOC_ENV, Limits, check_size
 from dlperf_tasks.store.publish import PublishResult, RetryPolicy, publish_run
 from dlperf_tasks.store.redact import Redactor
 from dlperf_tasks.core.settings import Settings
@@ -59,7 +59,10 @@ class Store:
     # ------------------------------------------------------------------ constructors
     @classmethod
     def default(cls, **kw) -> "Store":
-        return cls.from_url(default_store_url(), **kw)
+        """The configured store (:meth:`Settings.load`), opened the one way (store/opener.py)."""
+        from dlperf_tasks.store.opener import open_store  # the opener imports this module
+
+        return open_store(Settings.load(), **kw)
 
     @classmethod
     def from_url(cls, url: str, **kw) -> "Store":
@@ -68,20 +71,18 @@ class Store:
         Credentials are never accepted in a URL (environment or Airflow connection only)."""
         if not url or not isinstance(url, str):
             raise StoreError("store URL is empty")
-        problem = refusal(url)
-        if problem:  # user info or a credential-like parameter, any scheme: never echoed
+        problem = refusal(url) or scheme_problem(url)  # credentials (never echoed); a scheme not in STORE_SCHEMES
+        if problem:
             raise StoreError(problem)
         shown = safe_url(url)
         parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme in ("", "file"):
-            path = urllib.parse.unquote(parsed.path if parsed.scheme else url)
-            if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+        if store_scheme(url) == "file":
+            path = urllib.parse.unquote(parsed.path if "://" in url else url)
+            if "://" in url and parsed.netloc not in ("", "localhost"):
                 raise StoreError(f"store URL {shown}: file URLs need three slashes (file:///abs/path)")
             if not path:
                 raise StoreError(f"store URL {shown} has no path")
             return cls(LocalBackend(path), "", url=f"file://{Path(path).expanduser().resolve()}", **kw)
-        if parsed.scheme != "s3":
-            raise StoreError(f"store URL {shown}: unsupported scheme (use s3:// or file://)")
         query = dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
         unknown = set(query) - _S3_QUERY_KEYS
         if unknown:
@@ -270,7 +271,7 @@ class Store:
             info = self.backend.head(key, with_checksum=False)  # its size, before reading it
             if info is None:
                 raise NotFound(where)
-            check_size(info.size, limits.max_doc_bytes, where, "the manifest", "DLPERF_STORE_MAX_DOC_BYTES")
+            check_size(info.size, limits.max_doc_bytes, where, "the manifest", MAX_DOC_ENV)
             data, _ = self.backend.get_bytes(key, max_bytes=limits.max_doc_bytes)
         except NotFound:
             raise StoreError(f"run {run_id} is incomplete: {where} does not exist") from None
@@ -292,7 +293,7 @@ class Store:
         # the manifest first: its size for the object is checked before the object is read,
         # and the read never goes past it (plus one byte)
         entry = _manifest_entry(self.read_manifest(run_id, suite), rel, where)
-        check_size(entry.get("size"), bound, where, rel, "DLPERF_STORE_MAX_DOC_BYTES")
+        check_size(entry.get("size"), bound, where, rel, MAX_DOC_ENV)
         data, _ = self.backend.get_bytes(key, max_bytes=entry["size"])
         _verify(where, entry, len(data), sha256_bytes(data))
         return data
