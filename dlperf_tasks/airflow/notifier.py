@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 from typing import Any, Callable, Iterable, Mapping
 
 from airflow.sdk import BaseNotifier
 
+from dlperf_tasks.core.settings import env_value
 from dlperf_tasks.history import notify as messages
 from dlperf_tasks.history.links import results_url, task_url
 
@@ -92,7 +92,7 @@ class DlperfWebhookNotifier(BaseNotifier):
         return _failure(context, self.base_url)
 
     def notify(self, context) -> None:
-        target = self.target if self.target is not None else os.environ.get(messages.ENV, "")
+        target = self.target if self.target is not None else (env_value("notify_url") or "")
         messages.notify(self.message(context), target, always=True, timeout=self.timeout)
 
 

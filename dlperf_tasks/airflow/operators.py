@@ -16,7 +16,6 @@ local process groups) of this trial and cleans the nodes. While deferred, the tr
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -61,7 +60,7 @@ class TrialOperator(BaseOperator):
     def _defers(self) -> bool:
         if self.deferrable is not None:
             return self.deferrable
-        return os.environ.get("DLPERF_DEFER_TRIALS", "1").strip().lower() not in ("0", "false", "no", "off")
+        return self.dlperf_settings.defer_trials  # DLPERF_DEFER_TRIALS
 
     def execute(self, context) -> dict[str, Any]:
         try_number, max_tries = self._tries(context)
@@ -104,7 +103,7 @@ class TrialOperator(BaseOperator):
     def _defer(self, state: dict[str, Any]) -> None:
         from dlperf_tasks.airflow.triggers import RemoteTrialTrigger
 
-        poll_s = self.poll_s if self.poll_s is not None else float(os.environ.get("DLPERF_TRIAL_POLL_S", "5"))
+        poll_s = self.poll_s if self.poll_s is not None else self.dlperf_settings.trial_poll_s
         watch = state.get("watch") or {}
         self.log.info("trial %s started on %s: deferred (jobs polled every %.1f s by the triggerer)",
                       self.item.get("trial_id"), ",".join(state.get("nodes") or []), poll_s)

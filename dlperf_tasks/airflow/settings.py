@@ -35,6 +35,9 @@ Keys (defaults in brackets):
     inventory's user name; ``host`` must be empty or the inventory's registry server).
 ``pool`` [dlperf_nodes] / ``pool_slots`` [1]
     The Airflow pool every trial runs in (how many trials may run at once).
+``catalog_path``, ``notify_url``, ``notify_on``, ``telemetry``, ``defer_trials``, ``trial_poll_s``,
+``store_deadline_s`` / ``store_stall_s`` / ``store_min_bytes`` / ``store_max_doc_bytes`` / ``store_max_index_bytes``
+    The other core settings (defaults and checks in dlperf_tasks.core.settings).
 """
 
 from __future__ import annotations

@@ -69,7 +69,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf_tasks.store import RetryPolicy, Store
+    from dlperf_tasks.store import RetryPolicy
+    from dlperf_tasks.store.opener import open_store
     from dlperf_tasks.store.spool import Spool
 
     run_dir = Path(args.run_dir)
@@ -83,13 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     where = Settings.load().with_store(url, "--store" if args.store else "the first attempt")
     print(where.describe_store(), file=sys.stderr)
-    settings: dict = {"url": where.store_url}
-    kw = {}
-    if args.redact is not None:
-        kw["redaction"] = args.redact
-    if args.inventory:
-        kw["inventory"] = args.inventory
-    store = Store.from_settings(settings.get("url"), **kw)
+    store = open_store(where, redaction=args.redact, inventory=args.inventory or None)
     retry = RetryPolicy(attempts=args.retries) if args.retries else None
     res = store.publish(run_dir, resume=args.resume, retry=retry, replace=args.replace,
                         on_wait=lambda msg: print(f"dlperf publish: {msg}", file=sys.stderr, flush=True))

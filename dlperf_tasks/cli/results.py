@@ -27,7 +27,7 @@ _EPILOG = """examples:
   dlperf results export --suite mxnet-bert --parquet runs.parquet
   dlperf results export latest --format openmetrics --out dlperf.om   (also: conbench, bencher)
 
-store: --store s3://bucket/prefix?endpoint=http://host:8333 | oss://... | file:///dir | DIR
+store: --store s3://bucket/prefix?endpoint=http://host:8333 (OSS too) | file:///dir | DIR
        (default: $DLPERF_STORE_URL; S3 keys from DLPERF_S3_ACCESS_KEY_ID/DLPERF_S3_SECRET_ACCESS_KEY)"""
 
 

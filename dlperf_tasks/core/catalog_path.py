@@ -1,23 +1,29 @@
 """Where site catalog directories come from: ``extra_dirs`` (``--catalog-dir``), then the
-``:``-separated ``$DLPERF_CATALOG_PATH``. The catalog (suites) and the framework registry (a
-site's ``frameworks/<name>.py``) both search these; each directory must exist."""
+``catalog_path`` setting (``:``-separated ``$DLPERF_CATALOG_PATH``; dlperf_tasks.core.settings). The
+catalog (suites) and the framework registry (a site's ``frameworks/<name>.py``) both search these;
+each directory must exist."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from typing import Sequence
+
 from dlperf_tasks.core.errors import CatalogError
+from dlperf_tasks.core.settings import env_name, env_value
 
-ENV_VAR = "DLPERF_CATALOG_PATH"
+ENV_VAR = env_name("catalog_path")
 
 
-def site_dirs(extra_dirs: list[str | os.PathLike] | None = None) -> list[Path]:
-    """The site catalog directories, in search order (the built-in catalog not included)."""
+def site_dirs(extra_dirs: list[str | os.PathLike] | None = None,
+              catalog_path: Sequence[str] | None = None) -> list[Path]:
+    """The site catalog directories, in search order (the built-in catalog not included):
+    ``extra_dirs``, then ``catalog_path`` (a Settings' ``catalog_path``; None: the environment's)."""
     dirs: list[Path] = [Path(d) for d in (extra_dirs or [])]
-    for entry in os.environ.get(ENV_VAR, "").split(os.pathsep):
-        if entry.strip():
-            dirs.append(Path(entry.strip()))
+    if catalog_path is None:
+        catalog_path = env_value("catalog_path")
+    dirs += [Path(entry) for entry in catalog_path]
     for d in dirs:
         try:
             ok = d.is_dir()

@@ -106,3 +106,23 @@ def refusal(url: str, what: str = "store URL") -> str | None:
     hint = ("; give S3 keys through DLPERF_S3_ACCESS_KEY_ID/DLPERF_S3_SECRET_ACCESS_KEY or a connection, "
             "never in the URL") if "credential" in problem else ""
     return f"{what} {safe_url(url)} refused: {problem}{hint}"
+
+
+#: The store URL schemes dlperf opens; settings checks a store URL against this very list and the
+#: store opens exactly these. OSS and every other S3-compatible service are ``s3://`` with an
+#: ``?endpoint=`` (``s3://bucket/prefix?endpoint=https://oss-cn-beijing.aliyuncs.com&addressing_style=virtual``).
+STORE_SCHEMES = ("file", "s3")
+
+
+def store_scheme(url: str) -> str:
+    """The scheme of a store URL: ``file`` for a plain directory path (no ``://``)."""
+    return url.partition("://")[0].lower() if "://" in url else "file"
+
+
+def scheme_problem(url: str, what: str = "store URL") -> str | None:
+    """The one-line refusal of a store URL whose scheme the store cannot open, else None."""
+    scheme = store_scheme(url)
+    if scheme in STORE_SCHEMES:
+        return None
+    return (f"{what} {safe_url(url)}: unsupported scheme {scheme[:20] + '://'!r}; use file:///dir (or a directory "
+            f"path) or s3://bucket/prefix (OSS and other S3-compatible stores: s3://...?endpoint=https://...)")

@@ -7,28 +7,39 @@ nothing below reads the environment for these keys again.
 Where a value comes from, first match wins:
 
 1. an explicit override (``--store URL`` on the CLI, a test's keyword argument);
-2. the environment: ``DLPERF_STORE_URL``, ``DLPERF_CLUSTER``, ``DLPERF_WORK_DIR``,
-   ``DLPERF_CATALOG_PATH``, ``DLPERF_NOTIFY_URL``, ``DLPERF_REDACTION``, ``DLPERF_POLICY``,
-   ``DLPERF_TRIAL_RETRIES``, ``DLPERF_LEASE_WAIT_S``;
+2. the environment: ``DLPERF_<KEY>`` (``DLPERF_STORE_URL``, ``DLPERF_CLUSTER``, ``DLPERF_WORK_DIR``,
+   ``DLPERF_CATALOG_PATH``, ``DLPERF_NOTIFY_URL``, ``DLPERF_NOTIFY_ON``, ``DLPERF_REDACTION``,
+   ``DLPERF_POLICY``, ``DLPERF_TRIAL_RETRIES``, ``DLPERF_LEASE_WAIT_S``, ``DLPERF_TELEMETRY``,
+   ``DLPERF_DEFER_TRIALS``, ``DLPERF_TRIAL_POLL_S`` and the store's read bounds
+   ``DLPERF_STORE_DEADLINE_S``, ``_STALL_S``, ``_MIN_BYTES``, ``_MAX_DOC_BYTES``, ``_MAX_INDEX_BYTES``);
 3. a ``get(key, default)`` function given by the caller (the scheduler layer maps its own
    configuration section onto it; see the scheduler layer's settings module);
 4. the defaults below. The store's ONE default is ``file://<data dir>/store`` and the work
    directory's is ``<data dir>/work``, where the data dir is ``$DLPERF_HOME``, else
    ``<checkout>/.run`` (what ``make run`` uses), so ``make run`` and ``dlperf results ls``
    see the same store without any setting.
+
+This is the only module that reads a ``DLPERF_*`` variable (tests/unit/test_settings_sources.py
+holds every other module to it). Code deep down that is not handed a :class:`Settings` asks
+:func:`env_value` for one key: the same environment-else-default value, checked the same way.
+Secrets are not settings: S3 keys (``DLPERF_S3_*``) are read where the client is built, so
+that no settings object, repr or log line ever holds them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
 from dlperf_tasks.core.errors import DlperfError
-from dlperf_tasks.core.safeurl import refusal, safe_url
+from dlperf_tasks.core.safeurl import refusal, safe_url, scheme_problem
 
 POLICIES = ("continue", "fail_fast")
+NOTIFY_ONS = ("findings", "confirmed")
+MiB = 1 << 20
 REDACTIONS = ("ips", "hostnames", "users")
 ENV_PREFIX = "DLPERF_"
 Getter = Callable[[str, "str | None"], "str | None"]
@@ -78,6 +89,15 @@ class Settings:
     trial_retries: int = 1
     lease_wait_s: float = 1800.0
     store_source: str = "default"  # where store_url came from (printed by the CLI)
+    notify_on: str = "findings"  # findings: every regression check notifies; confirmed: A/B-confirmed only
+    telemetry: str = ""  # JSON object (interval_s, nvidia_smi, policy...; {"enabled": false} = off)
+    defer_trials: bool = True  # the scheduler hands a started trial to the triggerer
+    trial_poll_s: float = 5.0  # how often the triggerer polls a deferred trial's jobs
+    store_deadline_s: float = 900.0  # bounds on what is read back from a store (store/limits.py)
+    store_stall_s: float = 30.0
+    store_min_bytes: int = 1024
+    store_max_doc_bytes: int = 64 * MiB
+    store_max_index_bytes: int = 1024 * MiB
 
     @property
     def is_local(self) -> bool:
@@ -108,21 +128,17 @@ class Settings:
         return cls(**load_values(get, env=env, source=source, **overrides))
 
 
-STORE_SCHEMES = ("file://", "s3://", "oss://")
-
-
 def _store_url(url: str, where: str) -> str:
     """A store URL; a plain directory path becomes ``file://<absolute path>``. A URL carrying
     credentials (user info, a credential-like parameter, any scheme) is refused in one line
-    that shows it only in its safe form."""
+    that shows it only in its safe form; so is a scheme the store cannot open
+    (:data:`dlperf_tasks.core.safeurl.STORE_SCHEMES`, the store's own list)."""
     url = url.strip()
-    if "://" not in url and url:
-        url = "file://" + os.path.abspath(os.path.expanduser(url))
-    elif not url.startswith(STORE_SCHEMES):
-        raise SettingsError(f"{where}: store URL {safe_url(url)} must start with one of {', '.join(STORE_SCHEMES)}")
-    problem = refusal(url)
+    problem = refusal(url) or scheme_problem(url)
     if problem:
         raise SettingsError(f"{where}: {problem}")
+    if "://" not in url and url:
+        url = "file://" + os.path.abspath(os.path.expanduser(url))
     return url
 
 
@@ -134,6 +150,96 @@ def _int(raw: str, key: str, lo: int) -> int:
     if v < lo:
         raise SettingsError(f"{key}: must be >= {lo}")
     return v
+
+
+def _positive(kind: type) -> Callable[[str, str], float | int]:
+    def parse(raw: str, key: str):
+        try:
+            v = kind(str(raw).strip())
+        except ValueError:
+            raise SettingsError(f"{key}: {raw!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not v > 0:  # NaN too
+            raise SettingsError(f"{key}: {raw!r} must be > 0")
+        return v
+    return parse
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(raw: str, key: str) -> str:
+        v = str(raw).strip().lower()
+        if v not in options:
+            raise SettingsError(f"{key}: {raw!r} is not one of {', '.join(options)}")
+        return v
+    return parse
+
+
+def _flag(raw: str, key: str) -> bool:
+    v = str(raw).strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{key}: {raw!r} is not a yes/no value (1/0, true/false, yes/no, on/off)")
+
+
+def _json_object(raw: str, key: str) -> str:
+    text = str(raw).strip()
+    if not text:
+        return ""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise SettingsError(f"{key}: not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(doc, dict):
+        raise SettingsError(f"{key}: must be a JSON object, not {type(doc).__name__}")
+    return text
+
+
+def _catalog_path(raw: str, key: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in str(raw).split(os.pathsep) if p.strip())
+
+
+def _optional(raw: str, key: str) -> str | None:
+    return str(raw).strip() or None
+
+
+#: The keys read the same way everywhere, in ``load`` and in :func:`env_value`: key -> (default as
+#: text, parser(raw, where) -> value). The others (store_url, cluster, work_dir, redaction, policy,
+#: retries) have their own code in :func:`load_values` (relative paths, the store's source...).
+SIMPLE_KEYS: dict[str, tuple[str, Callable[[str, str], object]]] = {
+    "catalog_path": ("", _catalog_path),
+    "notify_url": ("", _optional),
+    "notify_on": ("findings", _choice(NOTIFY_ONS)),
+    "telemetry": ("", _json_object),
+    "defer_trials": ("1", _flag),
+    "trial_poll_s": ("5", _positive(float)),
+    "store_deadline_s": ("900", _positive(float)),
+    "store_stall_s": ("30", _positive(float)),
+    "store_min_bytes": ("1024", _positive(int)),
+    "store_max_doc_bytes": (str(64 * MiB), _positive(int)),
+    "store_max_index_bytes": (str(1024 * MiB), _positive(int)),
+}
+
+
+def env_name(key: str) -> str:
+    """The environment variable of a settings key (``store_stall_s`` -> ``DLPERF_STORE_STALL_S``)."""
+    return ENV_PREFIX + key.upper()
+
+
+def parse_value(key: str, raw: str | None, where: str | None = None):
+    """``raw`` checked as the value of ``key`` (one of :data:`SIMPLE_KEYS`; None: its default);
+    a bad one raises SettingsError naming ``where`` (default: the key)."""
+    default, parse = SIMPLE_KEYS[key]
+    return parse(default if raw is None else raw, where or key)
+
+
+def env_value(key: str, env: Mapping[str, str] | None = None):
+    """One key as :meth:`Settings.load` reads it from the environment, else its default: for code
+    that is not handed a :class:`Settings` (a library call, a test); entry points pass theirs."""
+    env = os.environ if env is None else env
+    name = env_name(key)
+    raw = env.get(name)
+    return parse_value(key, raw or None, f"${name}" if raw else key)
 
 
 def parse_redaction(raw: str, key: str = "redaction") -> tuple[str, ...]:
@@ -153,8 +259,11 @@ def load_values(get: Getter | None = None, *, env: Mapping[str, str] | None = No
     env = os.environ if env is None else env
 
     def pick(key: str, default: str | None) -> tuple[str | None, str]:
-        if overrides.get(key) is not None:
-            return str(overrides[key]), "argument"
+        value = overrides.get(key)
+        if value is not None:
+            if isinstance(value, (list, tuple)):  # catalog_path=("a", "b")
+                value = os.pathsep.join(map(str, value))
+            return (str(int(value)) if isinstance(value, bool) else str(value)), "argument"
         name = ENV_PREFIX + key.upper()
         if env.get(name):
             return env[name], f"${name}"
@@ -171,15 +280,16 @@ def load_values(get: Getter | None = None, *, env: Mapping[str, str] | None = No
     if cluster != "local" and not os.path.isabs(cluster):  # the scheduler's relative paths: the checkout's
         cluster = os.path.abspath(cluster) if cluster_source != f"{source} cluster" else str(root / cluster)
     work_dir = (pick("work_dir", str(data_dir() / "work"))[0] or "").strip()
-    catalog_raw = pick("catalog_path", "")[0] or ""
     policy = (pick("policy", "continue")[0] or "continue").strip()
     if policy not in POLICIES:
         raise SettingsError(f"policy: {policy!r} is not one of {', '.join(POLICIES)}")
+    simple = {}
+    for key in SIMPLE_KEYS:
+        raw, where = pick(key, None)
+        simple[key] = parse_value(key, raw or None, key if where in ("argument", "default") else where)
     return {
         "cluster": cluster, "store_url": _store_url(store_url or default_store_url(), store_source),
-        "store_source": store_source, "work_dir": work_dir,
-        "catalog_path": tuple(p for p in catalog_raw.split(os.pathsep) if p.strip()),
-        "notify_url": (pick("notify_url", None)[0] or None),
+        "store_source": store_source, "work_dir": work_dir, **simple,
         "redaction": parse_redaction(pick("redaction", "ips,hostnames,users")[0] or ""),
         "policy": policy,
         "trial_retries": _int(pick("trial_retries", "1")[0] or "1", "trial_retries", 0),

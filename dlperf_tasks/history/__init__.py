@@ -11,7 +11,7 @@ Modules (each one job, no Airflow imports):
 - :mod:`.frame`    pandas DataFrame / Parquet export
 - :mod:`.notify`   webhook / Python-callable notification of findings
 - :mod:`.check`    glue for the publish step: read history, detect, record, notify
-- :mod:`.source`   open the configured store (``--store URL`` / ``DLPERF_STORE``), resolve ``latest``/prefixes
+- :mod:`.source`   open the configured store (``--store URL`` / ``DLPERF_STORE_URL``), resolve ``latest``/prefixes
 - :mod:`.interval` noise model from history, interval of a median difference, detectable change
 - :mod:`.rows`     table rows shared by the CLI and the results page
 """

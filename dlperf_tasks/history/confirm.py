@@ -24,11 +24,11 @@ Pure logic plus the store annotation (no Airflow, no SSH):
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
+from dlperf_tasks.core.settings import env_name, env_value, parse_value
 from dlperf_tasks.history.robust import mann_whitney_u
 from dlperf_tasks.history.runs import RUN_ENV_KEYS, env_diff
 from dlperf_tasks.history.notify import notify
@@ -37,15 +37,15 @@ from dlperf_tasks.history.cellspec import parse_cell_id
 CONFIRMED = "confirmed"
 NOT_REPRODUCED = "not_reproduced"
 ANNOTATION = "confirmations"
-NOTIFY_ON_ENV = "DLPERF_NOTIFY_ON"  # findings (default) | confirmed
+NOTIFY_ON_ENV = env_name("notify_on")  # findings (default) | confirmed
 
 
 def notify_only_confirmed(value: str | None = None) -> bool:
-    """True when notifications should fire only for confirmed findings."""
-    v = (value if value is not None else os.environ.get(NOTIFY_ON_ENV, "findings")).strip().lower()
-    if v not in ("findings", "confirmed", ""):
-        raise ValueError(f"{NOTIFY_ON_ENV} must be 'findings' or 'confirmed', not {v!r}")
-    return v == "confirmed"
+    """True when notifications should fire only for confirmed findings: ``value`` (a Settings'
+    ``notify_on``), else the environment's (``$DLPERF_NOTIFY_ON``). A bad value: SettingsError (a ValueError)."""
+    if value is None:
+        return env_value("notify_on") == CONFIRMED
+    return parse_value("notify_on", value.strip() or None) == CONFIRMED
 
 
 def image_ref(env: Mapping[str, Any]) -> str | None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import re
 import urllib.error
 import urllib.parse
@@ -31,10 +30,11 @@ import urllib.request
 from typing import Any, Callable, Mapping
 
 from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.core.settings import env_name, env_value
 from dlperf_tasks.history.basis import badge, basis_of
 from dlperf_tasks.history.basis import basis_line
 
-ENV = "DLPERF_NOTIFY_URL"
+ENV = env_name("notify_url")
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*([.:][A-Za-z_][A-Za-z0-9_]*)$")
 
 
@@ -67,7 +67,7 @@ def resolve_callable(spec: str) -> Callable[[Mapping[str, Any]], Any]:
 def notify(report: Mapping[str, Any], target: str | None = None, *, always: bool = False,
            timeout: float = 10.0) -> bool:
     """Send ``report`` (a :meth:`RegressionReport.to_dict`). Returns True if something was sent."""
-    target = target if target is not None else os.environ.get(ENV, "")
+    target = target if target is not None else (env_value("notify_url") or "")
     target = (target or "").strip()
     if not target or (not always and not report.get("findings")):
         return False

@@ -3,7 +3,8 @@
 The store is chosen by :class:`dlperf_tasks.core.settings.Settings` (one setting): the ``url``
 argument (CLI ``--store``), else ``$DLPERF_STORE_URL``, else the scheduler's ``store_url``, else
 the one default (``file://<checkout>/.run/store``, where ``make run`` publishes). Accepted URLs are the store's:
-``s3://bucket/prefix?endpoint=...``, ``oss://...``, ``file:///dir`` or a plain directory path.
+``s3://bucket/prefix?endpoint=...`` (OSS and other S3-compatible stores too), ``file:///dir`` or a
+plain directory path (:data:`dlperf_tasks.core.safeurl.STORE_SCHEMES`).
 Credentials come only from the environment / Airflow connections (never from the URL).
 """
 
@@ -12,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from dlperf_tasks.history.runs import RunView, sort_runs
-from dlperf_tasks.core.settings import Settings
-from dlperf_tasks.store.store import Store
+from dlperf_tasks.core.settings import Settings, env_name
+from dlperf_tasks.store import opener
 from dlperf_tasks.core.errors import DlperfError
 
-ENV = "DLPERF_STORE_URL"
+ENV = env_name("store_url")
 
 
 def store_settings(url: str | None = None, settings=None):
@@ -26,7 +27,7 @@ def store_settings(url: str | None = None, settings=None):
 
 def open_store(url: str | None = None, settings=None):
     """The :class:`dlperf_tasks.store.Store` for ``url`` / the settings' store."""
-    return Store.from_url(store_settings(url, settings).store_url)
+    return opener.open_store(store_settings(url, settings))
 
 
 def history_views(store: Any, suite: str, since: str | None = None) -> list[RunView]:

@@ -29,7 +29,7 @@ from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.backends import Backend, NotFound
 from dlperf_tasks.store.cas import update_document
 from dlperf_tasks.store.index_stream import iter_index_runs
-from dlperf_tasks.store.limits import Limits, check_size, pieces
+from dlperf_tasks.store.limits import MAX_INDEX_ENV, Limits, check_size, pieces
 
 INDEX_SCHEMA_VERSION = 1
 _CELL_KEYS = ("median_speed", "average_speed", "speedup", "n_valid", "n_invalid", "metric_kind", "unit",
@@ -96,8 +96,7 @@ def _index_size(backend: Backend, key: str, limits: Limits) -> bool:
     info = backend.head(key, with_checksum=False)
     if info is None:
         return False
-    check_size(info.size, limits.max_index_bytes, backend.describe(key), "the index",
-               "DLPERF_STORE_MAX_INDEX_BYTES")
+    check_size(info.size, limits.max_index_bytes, backend.describe(key), "the index", MAX_INDEX_ENV)
     return True
 
 

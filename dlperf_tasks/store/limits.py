@@ -9,26 +9,27 @@
 - documents read whole (result.json, report.md, a manifest, an annotation, a pointer) are
   refused above ``max_doc_bytes`` before they are read; an index above ``max_index_bytes``.
 
-Every knob has an environment override (seconds / bytes), read when a reader starts:
-``DLPERF_STORE_DEADLINE_S`` (900), ``DLPERF_STORE_STALL_S`` (30), ``DLPERF_STORE_MIN_BYTES``
-(1024), ``DLPERF_STORE_MAX_DOC_BYTES`` (64 MiB), ``DLPERF_STORE_MAX_INDEX_BYTES`` (1 GiB).
+Every knob is a setting (dlperf_tasks.core.settings; seconds / bytes), read when a reader starts:
+``store_deadline_s`` (900), ``store_stall_s`` (30), ``store_min_bytes`` (1024),
+``store_max_doc_bytes`` (64 MiB), ``store_max_index_bytes`` (1 GiB); in the environment
+``DLPERF_STORE_DEADLINE_S`` and so on.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
-from typing import IO, Callable
+from typing import IO, Callable, Mapping
 
 from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core.settings import SettingsError, env_name, env_value
 
 MiB = 1 << 20
 PIECE = MiB  # one read asks for at most this much
 
-_ENV = {"deadline_s": "DLPERF_STORE_DEADLINE_S", "stall_s": "DLPERF_STORE_STALL_S",
-        "min_bytes": "DLPERF_STORE_MIN_BYTES", "max_doc_bytes": "DLPERF_STORE_MAX_DOC_BYTES",
-        "max_index_bytes": "DLPERF_STORE_MAX_INDEX_BYTES"}
+_ENV = {name: env_name(f"store_{name}") for name in
+        ("deadline_s", "stall_s", "min_bytes", "max_doc_bytes", "max_index_bytes")}
+MAX_DOC_ENV, MAX_INDEX_ENV = _ENV["max_doc_bytes"], _ENV["max_index_bytes"]  # named in refusals
 
 
 @dataclass(frozen=True)
@@ -40,21 +41,17 @@ class Limits:
     max_index_bytes: int = 1024 * MiB
 
     @classmethod
-    def from_env(cls, env: dict | None = None) -> "Limits":
-        env = os.environ if env is None else env
-        kw: dict = {}
-        for name, var in _ENV.items():
-            text = str(env.get(var) or "").strip()
-            if not text:
-                continue
-            try:
-                value = float(text) if name.endswith("_s") else int(text)
-            except ValueError:
-                raise StoreError(f"{var}={text!r}: expected a number") from None
-            if value <= 0:
-                raise StoreError(f"{var}={text!r}: must be > 0")
-            kw[name] = value
-        return cls(**kw)
+    def from_settings(cls, settings) -> "Limits":
+        """The bounds of a :class:`~dlperf_tasks.core.settings.Settings` (its ``store_*`` keys)."""
+        return cls(**{name: getattr(settings, f"store_{name}") for name in _ENV})
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Limits":
+        """The bounds the environment sets (else the defaults), checked by the settings module."""
+        try:
+            return cls(**{name: env_value(f"store_{name}", env) for name in _ENV})
+        except SettingsError as exc:
+            raise StoreError(str(exc)) from None
 
 
 def human(n: int) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from dlperf_tasks.core import resolved_secrets
 from dlperf_tasks.core.errors import StoreError
-from dlperf_tasks.core.safeurl import refusal, safe_url
+from dlperf_tasks.core.safeurl import refusal, safe_url, scheme_problem, store_scheme
 from dlperf_tasks.core.settings import Settings
 from dlperf_tasks.store.publish import RetryPolicy
 from dlperf_tasks.store.s3backend import S3Backend, s3_settings, settings_from_connection
@@ -29,20 +29,18 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
     (never echoed)."""
     if not url or not isinstance(url, str):
         raise StoreError("store URL is empty")
-    problem = refusal(url)
-    if problem:  # user info or a credential-like parameter, any scheme: never echoed
+    problem = refusal(url) or scheme_problem(url)  # credentials (never echoed); a scheme not in STORE_SCHEMES
+    if problem:
         raise StoreError(problem)
     shown = safe_url(url)
     parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme in ("", "file"):
-        path = urllib.parse.unquote(parsed.path if parsed.scheme else url)
-        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+    if store_scheme(url) == "file":
+        path = urllib.parse.unquote(parsed.path if "://" in url else url)
+        if "://" in url and parsed.netloc not in ("", "localhost"):
             raise StoreError(f"store URL {shown}: file URLs need three slashes (file:///abs/path)")
         if not path:
             raise StoreError(f"store URL {shown} has no path")
         return "local", {"path": path}
-    if parsed.scheme != "s3":
-        raise StoreError(f"store URL {shown}: unsupported scheme (use s3:// or file://)")
     query = dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
     unknown = set(query) - S3_QUERY_KEYS
     if unknown:

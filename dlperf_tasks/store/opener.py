@@ -1,11 +1,17 @@
 """The one way to open the configured store from settings (:class:`dlperf_tasks.core.settings.Settings`):
-its URL, its redaction; credentials come from the environment or connections, never the URL."""
+its URL, its redaction; credentials come from the environment or connections, never the URL.
+
+Every place that turns settings into a :class:`~dlperf_tasks.store.store.Store` calls
+:func:`open_store` (tests/unit/test_settings_sources.py holds the code to it); ``Store.from_url`` and
+``Store.from_settings`` stay the store's constructors for a URL or a store mapping."""
 
 from __future__ import annotations
 
 from dlperf_tasks.store.store import Store
 
 
-def open_store(settings) -> Store:
-    """The store of ``settings.store_url``, redacting as ``settings`` says (raises StoreError)."""
-    return Store.from_settings(settings.store_url, redaction=settings.redaction_spec)
+def open_store(settings, **overrides) -> Store:
+    """The store of ``settings.store_url``, redacting as ``settings`` says (raises StoreError).
+    Keyword ``overrides`` that are not None (``redaction=`` from ``--redact``, ``inventory=``) win."""
+    kw = {"redaction": settings.redaction_spec, **{k: v for k, v in overrides.items() if v is not None}}
+    return Store.from_settings(settings.store_url, **kw)

@@ -10,13 +10,15 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core.settings import Settings
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import Backend, LocalBackend, NotFound, sha256_bytes
-from dlperf_tasks.store.location import (default_store_url, local_path, local_url, parse_store_url, retry_from,
-                                         s3_location, settings_dict)
+from dlperf_tasks.store.location import default_store_url  # noqa: F401 - importable from here too
+from dlperf_tasks.store.location import (local_path, local_url, parse_store_url, retry_from, s3_location,
+                                         settings_dict)
 from dlperf_tasks.store.s3backend import S3Backend
 from dlperf_tasks.store.index import iter_index, read_index
-from dlperf_tasks.store.limits import Limits, check_size
+from dlperf_tasks.store.limits import MAX_DOC_ENV, Limits, check_size
 from dlperf_tasks.store.publish import PublishResult, RetryPolicy, publish_run
 from dlperf_tasks.store.redact import Redactor
 from dlperf_tasks.store.fetch import get_run
@@ -50,7 +52,10 @@ class Store:
     # ------------------------------------------------------------------ constructors
     @classmethod
     def default(cls, **kw) -> "Store":
-        return cls.from_url(default_store_url(), **kw)
+        """The configured store (:meth:`Settings.load`), opened the one way (store/opener.py)."""
+        from dlperf_tasks.store.opener import open_store  # the opener imports this module
+
+        return open_store(Settings.load(), **kw)
 
     @classmethod
     def from_url(cls, url: str, **kw) -> "Store":
@@ -219,7 +224,7 @@ class Store:
             info = self.backend.head(key, with_checksum=False)  # its size, before reading it
             if info is None:
                 raise NotFound(where)
-            check_size(info.size, limits.max_doc_bytes, where, "the manifest", "DLPERF_STORE_MAX_DOC_BYTES")
+            check_size(info.size, limits.max_doc_bytes, where, "the manifest", MAX_DOC_ENV)
             data, _ = self.backend.get_bytes(key, max_bytes=limits.max_doc_bytes)
         except NotFound:
             raise StoreError(f"run {run_id} is incomplete: {where} does not exist") from None
@@ -241,7 +246,7 @@ class Store:
         # the manifest first: its size for the object is checked before the object is read,
         # and the read never goes past it (plus one byte)
         entry = _manifest_entry(self.read_manifest(run_id, suite), rel, where)
-        check_size(entry.get("size"), bound, where, rel, "DLPERF_STORE_MAX_DOC_BYTES")
+        check_size(entry.get("size"), bound, where, rel, MAX_DOC_ENV)
         data, _ = self.backend.get_bytes(key, max_bytes=entry["size"])
         _verify(where, entry, len(data), sha256_bytes(data))
         return data

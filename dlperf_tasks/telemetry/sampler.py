@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from dlperf_tasks.core.settings import env_value
 from dlperf_tasks.telemetry import commands
 from dlperf_tasks.telemetry.summary import NodeRaw, Policy
 from dlperf_tasks.telemetry.host import parse_ofed
@@ -53,8 +54,9 @@ class TelemetryConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "TelemetryConfig":
-        raw = (env if env is not None else os.environ).get("DLPERF_TELEMETRY", "")
-        return cls.from_dict(json.loads(raw)) if raw.strip() else cls()
+        """The ``telemetry`` setting of the environment (``$DLPERF_TELEMETRY``, checked by the settings)."""
+        raw = env_value("telemetry", env)
+        return cls.from_dict(json.loads(raw)) if raw else cls()
 
 
 def _parallel(fn, items) -> list:

@@ -64,9 +64,9 @@ def dag_env(sim_cluster_env, airflow_db, tmp_path, monkeypatch):
     catalog = tmp_path / "catalog"
     catalog.mkdir()
     monkeypatch.setenv("DLPERF_CATALOG_PATH", str(catalog))
-    monkeypatch.setenv("DLPERF_DEFER_TRIALS", "0")  # whole trials in the task (dag.test has no triggerer)
     store_url = f"file://{tmp_path / 'store'}"
-    cfg = cluster_settings(sim_cluster_env.yaml_path, store_url, tmp_path / "work")
+    # whole trials in the task (dag.test has no triggerer): DLPERF_DEFER_TRIALS=0 in a deployment
+    cfg = cluster_settings(sim_cluster_env.yaml_path, store_url, tmp_path / "work", defer_trials=False)
     return sim_cluster_env, catalog, cfg, Store.from_url(store_url)
 
 

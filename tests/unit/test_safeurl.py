@@ -71,7 +71,7 @@ def test_safe_url_keeps_scheme_host_bucket_prefix_only():
 
 def test_plain_urls_pass_and_describe_store_uses_the_safe_form():
     for url in ("s3://b/p?endpoint=http://127.0.0.1:8333&region=us-east-1&addressing_style=path",
-                "file:///tmp/x", "oss://b/p", "/tmp/some dir@host"):
+                "file:///tmp/x", "/tmp/some dir@host"):
         assert credential_problem(url) is None, url
         Settings.load(env={"DLPERF_STORE_URL": url})
     s = Settings(store_url=f"s3://K:{SECRET}@b/p", store_source="test")  # built directly, never validated

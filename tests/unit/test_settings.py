@@ -33,7 +33,7 @@ def test_precedence_explicit_env_config_default(tmp_path):
 
 
 def test_bad_values_name_the_key():
-    with pytest.raises(SettingsError, match="store URL ftp://x must start"):
+    with pytest.raises(SettingsError, match="store URL ftp://x: unsupported scheme"):
         Settings.load(env={"DLPERF_STORE_URL": "ftp://x"})
     with pytest.raises(SettingsError, match="trial_retries"):
         Settings.load(env={"DLPERF_TRIAL_RETRIES": "many"})
