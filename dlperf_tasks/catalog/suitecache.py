@@ -27,8 +27,8 @@ import tempfile
 from pathlib import Path
 
 from dlperf_tasks import __version__
+from dlperf_tasks.core.settings import env_value
 
-ENV_OFF = "DLPERF_NO_SUITE_CACHE"
 _PKG = Path(__file__).resolve().parents[1]
 _CODE_DIRS = ("catalog", "core", "policy", "frameworks")
 _code_key: bytes | None = None
@@ -37,7 +37,7 @@ MAX_ENTRIES = 64
 
 
 def cache_dir() -> Path | None:
-    if os.environ.get(ENV_OFF, "") not in ("", "0"):
+    if env_value("no_suite_cache"):
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "dlperf" / "suites" if os.path.isabs(base) else None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dlperf_tasks.core.settings import env_name
 from dlperf_tasks.catalog import loader, suitecache, yamlsrc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def cache_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv(suitecache.ENV_OFF, raising=False)
+    monkeypatch.delenv(env_name("no_suite_cache"), raising=False)
     monkeypatch.setattr(loader, "_CACHE", {})
     return tmp_path / "cache" / "dlperf" / "suites"
 
@@ -75,10 +76,10 @@ def test_a_corrupt_entry_is_a_miss_and_the_suite_is_read_again(cache_home):
 
 
 def test_turned_off_or_unwritable_stores_nothing(cache_home, monkeypatch):
-    monkeypatch.setenv(suitecache.ENV_OFF, "1")
+    monkeypatch.setenv(env_name("no_suite_cache"), "1")
     assert loader.load_suite("mxnet-bert").id == "mxnet-bert"
     assert _entries(cache_home) == []
-    monkeypatch.delenv(suitecache.ENV_OFF)
+    monkeypatch.delenv(env_name("no_suite_cache"))
     cache_home.parent.mkdir(parents=True)
     cache_home.write_text("a file where the directory should be")
     loader._CACHE.clear()
