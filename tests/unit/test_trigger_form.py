@@ -6,6 +6,7 @@ import configparser
 import json
 
 import pytest
+import yaml
 
 from dlperf_tasks.airflow import form, params
 from dlperf_tasks.core.settings import project_root
@@ -63,7 +64,8 @@ def test_dag_descriptions_say_what_the_dag_benchmarks():
 def test_the_ui_theme_keeps_the_trigger_dialogs_error_alert_in_view():
     """airflow.cfg.template's ``[api] theme`` is one Airflow accepts (its own model of the
     setting) and makes the trigger dialog's error alert (where Airflow shows a refused conf)
-    sticky, important enough to beat the alert's own style (Chakra's cascade layers)."""
+    sticky, important enough to beat the alert's own style (Chakra's cascade layers); the docker
+    service's environment sets the same theme."""
     from airflow.api_fastapi.common.types import Theme  # heavy: Airflow's api-server models
 
     cfg = configparser.ConfigParser(interpolation=None)
@@ -71,3 +73,7 @@ def test_the_ui_theme_keeps_the_trigger_dialogs_error_alert_in_view():
     theme = Theme.model_validate(json.loads(cfg.get("api", "theme")))
     rule = theme.globalCss[".chakra-dialog__body [data-testid=error-alert]"]
     assert rule["position"] == "sticky !important" and rule["top"] == "0 !important", rule
+    # the docker service (configured by environment, not the template) sets the same theme
+    compose = yaml.safe_load((project_root() / "docker" / "service" / "compose.yaml").read_text())
+    assert json.loads(compose["services"]["api-server"]["environment"]["AIRFLOW__API__THEME"]) == json.loads(
+        cfg.get("api", "theme"))
