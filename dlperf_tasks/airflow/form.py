@@ -10,8 +10,8 @@ shows for one DAG (pure data; only :func:`dag_params` imports Airflow):
   variant, ``image_tag`` only when a suite runs in a container (the smoke DAG has neither);
 - ``adaptive`` is a choice (suite's / off / on / on with a CI width), not a free-text box;
 - the everyday fields come first (Airflow's default section, open); the rest go to a
-  collapsed "More options" section, so the dialog stays short and its error alert (shown
-  at the top of the dialog) stays in view when the user clicks Trigger.
+  collapsed "More options" section, so the dialog stays short. A refused conf's alert (at
+  the dialog's top) is kept in view by the ``[api] theme`` of airflow.cfg.template (docs/ui.md).
 """
 
 from __future__ import annotations

@@ -2,9 +2,14 @@
 hidden, per-DAG fields only where they apply, adaptive trials a choice, the rarely used fields
 in a collapsed section, and every value the form offers accepted by the conf check."""
 
+import configparser
+import json
+
 import pytest
+import yaml
 
 from dlperf_tasks.airflow import form, params
+from dlperf_tasks.core.settings import project_root
 
 
 def test_internal_field_is_not_in_any_form_but_still_accepted_in_a_conf():
@@ -54,3 +59,21 @@ def test_dag_descriptions_say_what_the_dag_benchmarks():
     assert smoke.startswith("smoke:") and "PyTorch BERT" in smoke and len(smoke) <= 200
     mx = dag_description("mxnet", [load_suite("mxnet-bert"), load_suite("mxnet-resnet50")])
     assert "mxnet-bert" in mx and "mxnet-resnet50" in mx and len(mx) <= 200
+
+
+def test_the_ui_theme_keeps_the_trigger_dialogs_error_alert_in_view():
+    """airflow.cfg.template's ``[api] theme`` is one Airflow accepts (its own model of the
+    setting) and makes the trigger dialog's error alert (where Airflow shows a refused conf)
+    sticky, important enough to beat the alert's own style (Chakra's cascade layers); the docker
+    service's environment sets the same theme."""
+    from airflow.api_fastapi.common.types import Theme  # heavy: Airflow's api-server models
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read_string((project_root() / "airflow.cfg.template").read_text())
+    theme = Theme.model_validate(json.loads(cfg.get("api", "theme")))
+    rule = theme.globalCss[".chakra-dialog__body [data-testid=error-alert]"]
+    assert rule["position"] == "sticky !important" and rule["top"] == "0 !important", rule
+    # the docker service (configured by environment, not the template) sets the same theme
+    compose = yaml.safe_load((project_root() / "docker" / "service" / "compose.yaml").read_text())
+    assert json.loads(compose["services"]["api-server"]["environment"]["AIRFLOW__API__THEME"]) == json.loads(
+        cfg.get("api", "theme"))
