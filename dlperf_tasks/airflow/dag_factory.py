@@ -17,7 +17,7 @@ Issue 17 (docs/decisions.md): a trial beyond a cell's minimum records itself "no
 the adaptive rule stopped its cell (engine trial step, dlperf_tasks/engine/dagdecisions.py); aggregate
 adds node health (and quarantines suspects when asked); a regression finding triggers this DAG
 again with conf ``{"confirm": plan}``, whose plan step plans the A/B trials
-(dlperf_tasks/engine/abdag.py) and whose publish step records the verdict instead of publishing.
+(dlperf_tasks/engine/abconfirm.py) and whose publish step records the verdict instead of publishing.
 
 Parsing does no network I/O and imports nothing heavy: the catalog YAMLs are read
 (local files) and every layer below is imported inside the tasks.
@@ -39,7 +39,7 @@ from dlperf_tasks.airflow import notifier
 from dlperf_tasks.airflow.operators import ConfirmTriggerOperator, TrialOperator
 from dlperf_tasks.airflow.lazy import lazy_module
 # the layers below run inside the tasks only: lazy modules keep them out of every DAG parse (issue 28.4)
-abdag, dagdecisions = lazy_module("dlperf_tasks.engine.abdag"), lazy_module("dlperf_tasks.engine.dagdecisions")
+abconfirm, dagdecisions = lazy_module("dlperf_tasks.engine.abconfirm"), lazy_module("dlperf_tasks.engine.dagdecisions")
 finish, setup = lazy_module("dlperf_tasks.engine.finish"), lazy_module("dlperf_tasks.engine.setup")
 staging = lazy_module("dlperf_tasks.engine.staging")
 
@@ -131,7 +131,7 @@ def _plan_confirm(name: str, suite_ids: list[str], conf: dict, cfg, dag_run_id: 
         params = params_mod.validate_conf(conf, suite_ids, cfg.policy)
     except params_mod.ParamsError as exc:
         raise tasks.NonRetriable(f"invalid run parameter {exc}") from None
-    return abdag.plan_confirm(name, suite_ids, params, cfg, group_run_id=dag_run_id)
+    return abconfirm.plan_confirm(name, suite_ids, params, cfg, group_run_id=dag_run_id)
 
 
 def _finish_confirm(plan: dict, cfg, context) -> None:
@@ -139,7 +139,7 @@ def _finish_confirm(plan: dict, cfg, context) -> None:
     (nothing is published: the A/B runs are evidence, not nightly results), then skip."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    doc = abdag.finish_confirm(plan, finish.open_store(cfg), dag_run_id=context["dag_run"].run_id,
+    doc = abconfirm.finish_confirm(plan, finish.open_store(cfg), dag_run_id=context["dag_run"].run_id,
                                send=notifier.findings_sender(context, cfg.notify_url or ""))
     line = f"{doc['finding']} of {doc['run_id']}: {doc['status']} - {doc.get('note', '')}"
     print(line)
@@ -153,7 +153,7 @@ def _confirm_confs(plan: dict, published: list, cfg) -> list[dict]:
     """The follow-up runs to trigger (never from a confirmation or dry run); a failing planner
     never fails the published run."""
     try:
-        return abdag.trigger_confs(plan, published or [], finish.open_store(cfg))
+        return abconfirm.trigger_confs(plan, published or [], finish.open_store(cfg))
     except Exception as exc:  # noqa: BLE001 - like the regression check: the run is published
         print(f"planning the A/B confirmations failed (nothing triggered): {type(exc).__name__}: {exc}")
         return []

@@ -1,7 +1,6 @@
 """Issue 17 in the DAG path, the engine-side pieces without a cluster: the adaptive skip of a
-mapped trial (real run dir, real file store staging), lease candidates (quarantine, pinned A/B
-nodes, spreading), the confirm trigger confs from a seeded store with a planted regression, the
-A/B run set (interleaved, both images) and the verdict recorded from A/B trial records."""
+mapped trial (real run dir, real file store staging) and lease candidates (quarantine, pinned A/B
+nodes, spreading). The A/B confirmation's DAG pieces: tests/unit/test_abconfirm.py."""
 
 from __future__ import annotations
 
@@ -9,19 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from dlperf_tasks.engine import abdag, dagdecisions as dd
+from dlperf_tasks.engine import dagdecisions as dd
 from dlperf_tasks.policy.adaptive import AdaptivePolicy
 from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.setup import plan_runs
-from dlperf_tasks.history import check, confirm as C
 from dlperf_tasks.core.model import MetricKind, Trial, TrialMetric, TrialResult, TrialStatus
 from dlperf_tasks.store.quarantine import Quarantine
 from dlperf_tasks.engine.placement import usable_nodes
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.core.settings import Settings
-from dlperf_tasks.store import Store
-from tests.fixtures import synth
-from tests.unit.test_history_confirm import CELL, NEW_DIGEST
 
 
 def _ok(trial: Trial, v: float, node: str = "local0") -> TrialResult:
@@ -93,32 +88,3 @@ def test_usable_nodes_quarantine_pins_and_spread(tmp_path):
     assert usable_nodes(cluster, Trial(t.cell, 3), rd, settings) == ["node4", "node1", "node2"]
     rd.write("plan.json", {"nodes": ["node2"]})
     assert usable_nodes(cluster, Trial(t.cell, 3), rd, settings) == ["node2"]
-
-
-def test_trigger_plan_and_verdict_from_a_seeded_store(tmp_path):
-    store = Store.from_url(f"file://{tmp_path / 'store'}")
-    ids = synth.seed_store(store, synth.nightly_results(9, plant={8: {CELL: 0.92}}, digest_changes={8: NEW_DIGEST},
-                                                        trial_noise=0.005), str(tmp_path / "seed"))
-    rep = check.check_run(store, ids[8], log=None, notify_target="")
-    published = [{"run_id": ids[8], "suite": "mxnet-bert", "regressions": {"findings": len(rep.findings)}}]
-    confs = abdag.trigger_confs({"runs": []}, published, store)
-    (c,) = confs
-    assert c["trigger_run_id"].startswith(f"confirm__{ids[8]}__") and c["conf"]["confirm"]["finding"] == f"throughput:{CELL}"
-    assert abdag.trigger_confs({"confirm": {}}, published, store) == []  # a confirmation run triggers nothing
-    from dlperf_tasks.airflow.params import validate_conf
-
-    params = validate_conf(c["conf"], ["mxnet-bert"])
-    settings = Settings.load(cluster="local", store_url=f"file://{tmp_path / 'store'}", work_dir=str(tmp_path / "w"))
-    rs = abdag.plan_confirm("mxnet", ["mxnet-bert"], params, settings, group_run_id="manual__x")
-    assert [(i["run_id"] == rs["runs"][0]["run_id"], i["trial"]["index"]) for i in rs["trials"]] == \
-        [(True, 1), (False, 1), (True, 2), (False, 2), (True, 3), (False, 3), (True, 4), (False, 4)]
-    assert [r["image"] for r in rs["runs"]] == [params["confirm"]["image_a"], params["confirm"]["image_b"]]
-    assert abdag.plan_confirm("mxnet", ["mxnet-bert"], params, settings, "manual__x")["runs"] == rs["runs"]  # re-run
-    for item in rs["trials"]:  # the A/B trials' records (B 8 % slower)
-        rd = RunDir(Path(item["run_dir"]), item["run_id"])
-        b = item["run_id"] == rs["runs"][1]["run_id"]
-        rd.save_trial(_ok(Trial.from_dict(item["trial"]), (92.0 if b else 100.0) + item["trial"]["index"] * 0.1))
-    doc = abdag.finish_confirm({k: v for k, v in rs.items() if k != "trials"}, store, notify_target="")
-    assert doc["status"] == C.CONFIRMED and doc["effect_pct"] == pytest.approx(-8.0, abs=0.3)
-    assert store.read_annotation(ids[8], C.ANNOTATION)["findings"][f"throughput:{CELL}"]["status"] == C.CONFIRMED
-    assert abdag.trigger_confs({"runs": []}, published, store) == []  # confirmed: not planned again
