@@ -1,5 +1,5 @@
-"""Issue 17 in the DAG path, the engine-side pieces without a cluster: the adaptive skip of a
-mapped trial (real run dir, real file store staging) and lease candidates (quarantine, pinned A/B
+"""Issue 17 in the DAG path, the engine-side pieces without a cluster: the decisions' hook before
+a mapped trial (real run dir, real file store staging; SKIPPED status, old records still readable) and lease candidates (quarantine, pinned A/B
 nodes, spreading). The A/B confirmation's DAG pieces: tests/unit/test_abconfirm.py."""
 
 from __future__ import annotations
@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from dlperf_tasks.engine import dagdecisions as dd
+import json
+
+from dlperf_tasks.engine import decisions as D
+from dlperf_tasks.engine.setup import load_suite
+from dlperf_tasks.engine.trials import before_trial, start_item
+from dlperf_tasks.report.result_json import trial_from_record, trial_record
 from dlperf_tasks.policy.adaptive import AdaptivePolicy
 from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.setup import plan_runs
@@ -39,17 +44,35 @@ def test_stop_reason_rules():
     pol = AdaptivePolicy()
     cell = Trial.from_dict(_cell_trial()).cell
     t = [Trial(cell, i) for i in range(1, 6)]
-    assert dd.stop_reason(t[3], [_ok(t[0], 100.0), _ok(t[1], 100.2), _ok(t[2], 99.9)], pol, 5).startswith(
+    assert D.stop_reason(t[3], [_ok(t[0], 100.0), _ok(t[1], 100.2), _ok(t[2], 99.9)], pol, 5).startswith(
         "median CI width 0.30 %")
-    assert dd.stop_reason(t[3], [_ok(t[0], 100.0), _ok(t[1], 104.0), _ok(t[2], 99.9)], pol, 5) is None
-    assert dd.stop_reason(t[3], [_ok(t[0], 100.0), None, _ok(t[2], 99.9)], pol, 5) is None  # 2 < minimum
-    assert "maximum of 3" in dd.stop_reason(t[3], [], AdaptivePolicy(max_trials=3), 5)
-    skip = TrialResult(t[3], TrialStatus.NOT_RUN, f"{dd.SKIP_PREFIX}: median CI width 0.30 % <= 1 %)")
-    assert dd.stop_reason(t[4], [None, None, None, skip], pol, 5) == \
+    assert D.stop_reason(t[3], [_ok(t[0], 100.0), _ok(t[1], 104.0), _ok(t[2], 99.9)], pol, 5) is None
+    assert D.stop_reason(t[3], [_ok(t[0], 100.0), None, _ok(t[2], 99.9)], pol, 5) is None  # 2 < minimum
+    assert "maximum of 3" in D.stop_reason(t[3], [], AdaptivePolicy(max_trials=3), 5)
+    skip = TrialResult(t[3], TrialStatus.SKIPPED, "median CI width 0.30 % <= 1 %")
+    assert D.stop_reason(t[4], [None, None, None, skip], pol, 5) == \
         "the cell stopped before trial 4: median CI width 0.30 % <= 1 %"
-    assert dd.is_skip(skip) and dd.is_skip({"trial": {"status": "NOT_RUN", "reason": skip.reason}})
-    assert dd.drop_skipped([None, {"trial": {"status": "OK"}}, {"trial": {"status": "NOT_RUN", "reason": skip.reason}}]) \
+    assert D.is_skipped(skip) and D.is_skipped({"trial": {"status": "SKIPPED", "reason": skip.reason}})
+    assert not D.is_skipped(TrialResult(t[3], TrialStatus.NOT_RUN, "dry run"))
+    assert D.drop_skipped([None, {"trial": {"status": "OK"}}, {"trial": {"status": "SKIPPED", "reason": skip.reason}}]) \
         == [{"trial": {"status": "OK"}}]
+
+
+def test_old_not_needed_records_read_as_skipped(tmp_path):
+    """Records written before status SKIPPED (NOT_RUN "not needed (adaptive stop: WHY)") stay readable."""
+    cell = Trial.from_dict(_cell_trial()).cell
+    rd = RunDir.at(tmp_path / "run", "r-20260101T000000-abcdef")
+    old = trial_record(TrialResult(Trial(cell, 4), TrialStatus.NOT_RUN,
+                                   "not needed (adaptive stop: median CI width 0.30 % <= 1 %)"))
+    rd.trial_file(Trial(cell, 4)).parent.mkdir(parents=True)
+    rd.trial_file(Trial(cell, 4)).write_text(json.dumps(old))
+    r = rd.load_trial(Trial(cell, 4))
+    assert (r.status, r.reason) == (TrialStatus.SKIPPED, "median CI width 0.30 % <= 1 %")
+    assert rd.load_trial(Trial(cell, 4)).status == TrialStatus.SKIPPED  # also through load_trials
+    assert D.stop_reason(Trial(cell, 5), [None, None, None, r], AdaptivePolicy(), 5) == \
+        "the cell stopped before trial 4: median CI width 0.30 % <= 1 %"
+    stopped = TrialResult(Trial(cell, 1), TrialStatus.NOT_RUN, "stopped")  # any other NOT_RUN stays NOT_RUN
+    assert trial_from_record(trial_record(stopped)).status == TrialStatus.NOT_RUN
 
 
 def _cell_trial():
@@ -62,20 +85,28 @@ def _cell_trial():
 def test_adaptive_skip_reads_the_cells_records(local):
     rd, items = _planned(local, adaptive=True)
     trials = [Trial.from_dict(i["trial"]) for i in items]
-    assert dd.adaptive_skip(items[2], rd, local) is None  # within the minimum: always runs
+    suite = load_suite("smoke", local)
+
+    def skip(i: int, run_dir=rd):
+        return before_trial(items[i], trials[i], suite, run_dir, local)
+
+    assert skip(2) is None  # within the minimum: always runs
     for t, v in zip(trials[:3], (100.0, 100.3, 99.8)):
         rd.save_trial(_ok(t, v))
-    rec = dd.adaptive_skip(items[3], rd, local)
-    assert rec["trial"]["status"] == "NOT_RUN" and rec["trial"]["reason"].startswith("not needed (adaptive stop: ")
-    assert dd.is_skip(rd.load_trial(trials[3]))
-    assert dd.adaptive_skip(items[4], rd, local)["trial"]["reason"].startswith(
-        "not needed (adaptive stop: the cell stopped before trial 4")
-    summary = dd.adaptive_summary(trials, [rd.load_trial(t) for t in trials if rd.load_trial(t)], AdaptivePolicy())
+    rec = skip(3)
+    assert rec.status == TrialStatus.SKIPPED and rec.reason.startswith("median CI width ")
+    assert D.is_skipped(rd.load_trial(trials[3])) and rd.load_trial(trials[3]).reason == rec.reason
+    assert skip(4).reason.startswith("the cell stopped before trial 4: median CI width ")
+    # the trial step returns the record (what collect drops)
+    assert D.drop_skipped([start_item(items[4], local)["record"]]) == []
+    summary = D.adaptive_summary(trials, [rd.load_trial(t) for t in trials if rd.load_trial(t)], AdaptivePolicy())
     (c,) = summary["cells"]
     assert (c["trials_used"], c["max_trials"], c["stopped"], summary["saved"]) == (3, 5, "converged", 2)
+    whole = D.Decisions.from_run_dir(rd, suite).summary()["adaptive"]  # one rule, rebuilt from the run dir
+    assert c in whole["cells"] and whole["trials_max"] == 10  # the plan's 2 cells of 5
     # off by default (the smoke suite has no adaptive field): trial 4 of a wide cell runs
     rd2, items2 = _planned(local)
-    assert dd.adaptive_skip(items2[3], rd2, local) is None
+    assert before_trial(items2[3], trials[3], suite, rd2, local) is None
 
 
 def test_usable_nodes_quarantine_pins_and_spread(tmp_path):
