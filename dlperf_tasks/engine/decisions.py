@@ -66,12 +66,13 @@ def drop_skipped(records: list) -> list:
 def stop_reason(trial: Trial, earlier: list[TrialResult | None], policy: ad.AdaptivePolicy, size: int) -> str | None:
     """Why ``trial`` is not needed given the cell's earlier records (None = missing, not finished
     yet), or None when it must run. Only decided once every earlier trial has a record, unless
-    the ones present already stop the cell."""
+    the ones present already stop the cell. Every SKIPPED trial of a cell gives the reason the
+    cell stopped, whichever order its trials were decided in (the DAG's run side by side)."""
     if trial.index > policy.cap(size):
         return f"the policy's maximum of {policy.cap(size)} trial(s) per cell"
     for r in earlier:
         if is_skipped(r):
-            return f"the cell stopped before trial {r.trial.index}: {r.reason}"
+            return r.reason
     done = [r for r in earlier if r is not None]
     d = ad.decide(trial.cell.id, [r.metric.value if r.valid and r.metric else None for r in done], policy, size)
     return d.reason if d.stopped == ad.CONVERGED else None
@@ -136,7 +137,7 @@ class Decisions:
         re-run of a sweep reuses)."""
         plan_doc = rd.read("plan.json") or {}
         params = (plan_doc.get("params") or {}) if params is None else params
-        planned = [pt.trial for pt in Plan.from_dict(plan_doc).trials] if plan_doc else []
+        planned = [pt.trial for pt in Plan.from_dict(plan_doc).trials] if plan_doc.get("trials") else []
         dec = cls(planned, adaptive=None if params.get("confirm") else policy_for(suite, params),
                   health=health or health_for(suite, params), work_dir=quarantine, nodes=nodes, rd=rd,
                   straggler_report=lambda r: stragglers.from_run_dir(r, rd.path).to_dict())
