@@ -159,6 +159,19 @@ def _confirm_confs(plan: dict, published: list, cfg) -> list[dict]:
         return []
 
 
+def _print_published(published: list) -> None:
+    """The publish task's log: each run's location, plots and regression check."""
+    for p in published:
+        print(f"published {p['run_id']} -> {p['location']}")
+        for plot in p.get("plots") or []:
+            print(f"  plot {p['location']}/plots/{plot.rsplit('/', 1)[-1]}")
+        reg = p.get("regressions") or {}
+        if reg.get("error"):
+            print(f"  regression check failed (run published anyway): {reg['error']}")
+        elif reg.get("findings"):
+            print(f"  regression check: {reg['findings']} finding(s): {', '.join(reg.get('cells', []))}")
+
+
 def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
     """One DAG for the suites of framework group ``name``."""
     suite_ids = sorted(s.id for s in suites)
@@ -279,15 +292,7 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
                 from airflow.sdk.exceptions import AirflowSkipException
 
                 raise AirflowSkipException("dry run: nothing published (no asset event)")
-            for p in published:
-                print(f"published {p['run_id']} -> {p['location']}")
-                for plot in p.get("plots") or []:
-                    print(f"  plot {p['location']}/plots/{plot.rsplit('/', 1)[-1]}")
-                reg = p.get("regressions") or {}
-                if reg.get("error"):
-                    print(f"  regression check failed (run published anyway): {reg['error']}")
-                elif reg.get("findings"):
-                    print(f"  regression check: {reg['findings']} finding(s): {', '.join(reg.get('cells', []))}")
+            _print_published(published)
             tasks.set_note(context, _run_note(published, summaries))
             return published
 

@@ -7,7 +7,9 @@ site can add suites or override a built-in one without touching code), then the 
 Loading is cheap (libyaml, no framework imports) and cached by file modification time,
 because Airflow's DAG processor calls it on every parse. The built-in suites skip the JSON
 Schema pass (jsonschema's import alone is ~50 ms of every command's start-up); the unit tests
-run it on each of them, and every file from ``$DLPERF_CATALOG_PATH`` or a path gets it.
+run it on each of them, and every file from ``$DLPERF_CATALOG_PATH`` or a path gets it. A
+built-in suite is also kept parsed on disk (:mod:`dlperf_tasks.catalog.suitecache`): a command
+that finds it there imports neither PyYAML nor the checks (issue 28.2).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from pathlib import Path
 from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.core.catalog_path import site_dirs
 from dlperf_tasks.core.errors import CatalogError
-from dlperf_tasks.catalog.yamlsrc import MAX_BYTES
-from dlperf_tasks.catalog.validate import build_suite
-from dlperf_tasks.catalog.yamlsrc import parse_yaml
 from dlperf_tasks.catalog.site import builtin_fallback
+from dlperf_tasks.catalog import suitecache
+
+#: the most bytes a suite file may have: yamlsrc.MAX_BYTES (a unit test checks), here so that a cached
+#: load imports no yamlsrc
+MAX_BYTES = 256 * 1024
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
 _SUFFIXES = (".yaml", ".yml")
@@ -52,18 +56,31 @@ def load_file(path: str | os.PathLike) -> Suite:
     if st.st_size > MAX_BYTES:  # checked before reading: a huge file is never loaded
         raise CatalogError(f"{p}: file is {st.st_size} bytes; a suite file may have at most {MAX_BYTES}")
     try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise CatalogError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raw = p.read_bytes()
     except OSError as exc:
         raise CatalogError(f"{p}: cannot read suite file: {exc.strerror}") from None
-
-    data, lines = parse_yaml(text, str(p))
-    # the package's own suites are schema-checked by the tests, not on every load (start-up cost)
+    # the package's own suites are schema-checked by the tests, not on every load (start-up cost),
+    # and kept parsed on disk
     builtin = Path(key).parent == BUILTIN_DIR
-    suite = build_suite(data, str(p), lines, expected_id=p.stem, schema=not builtin)
+    suite = suitecache.get(str(p), raw) if builtin else None
+    if suite is None:
+        suite = _parse(p, raw, builtin)
+        if builtin:
+            suitecache.put(str(p), raw, suite)
     _CACHE[key] = (st.st_mtime_ns, st.st_size, suite)
     return suite
+
+
+def _parse(p: Path, raw: bytes, builtin: bool) -> Suite:
+    from dlperf_tasks.catalog.validate import build_suite  # lazy: start-up of dlperf extract (a cached suite needs no checks)
+    from dlperf_tasks.catalog.yamlsrc import parse_yaml  # lazy: start-up of dlperf extract (PyYAML's import ~10 ms)
+
+    try:
+        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text() read it
+    except UnicodeDecodeError as exc:
+        raise CatalogError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    data, lines = parse_yaml(text, str(p))
+    return build_suite(data, str(p), lines, expected_id=p.stem, schema=not builtin)
 
 
 def _looks_like_path(id_or_path: str) -> bool:

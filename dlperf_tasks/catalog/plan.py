@@ -21,171 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from dlperf_tasks.catalog.model import Suite
+from dlperf_tasks.catalog.overrides import (MAX_PLAN_TRIALS, PRECISIONS, Overrides, bounded_int, check_topology_size,
+                                            parse_xla, short)
 from dlperf_tasks.core.errors import PlanError
 from dlperf_tasks.core.model import Cell, Trial, Window
 from dlperf_tasks.core.topology import Topology
 from dlperf_tasks import frameworks
 
 PLAN_SCHEMA_VERSION = 1
-# size limits, checked BEFORE anything is expanded (a 32-digit node count or --trials 9999999999
-# used to loop and take gigabytes); the scheduler's max_map_length is checked on top (its params module)
-MAX_TRIALS_PER_CELL = 100
-MAX_NODES = 4096
-MAX_GPUS_PER_NODE = 64
-MAX_PLAN_TRIALS = 100_000
-MAX_BATCH_SIZE = 1 << 20  # samples per device; 10**24 used to be planned (issue 27.10)
-MAX_ITERS = 10_000_000  # warm-up or measured steps of one trial
-MAX_LIST_ITEMS = 4096  # items of one comma-separated override
-_MAXIMA = {"trials": MAX_TRIALS_PER_CELL, "warmup_iters": MAX_ITERS, "measure_iters": MAX_ITERS,
-           "batch_sizes": MAX_BATCH_SIZE}
-PRECISIONS = ("fp32", "amp")
-_PRECISION_ALIASES = {"fp32": "fp32", "amp": "amp", "fp16": "amp"}
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_XLA_WORDS = {"on": (True,), "off": (False,), "both": (False, True), "true": (True,), "false": (False,)}
-
-
-def short(value: Any, limit: int = 40) -> str:
-    """``repr(value)``, cut to ``limit`` characters (an error line never echoes 100 kB)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
-
-
-def _split(value: Any, what: str = "list") -> list[str]:
-    """``"a, b"`` or ``["a", "b"]`` -> ``["a", "b"]`` (empty items dropped; at most
-    :data:`MAX_LIST_ITEMS`)."""
-    if isinstance(value, str):
-        items = value.split(",", MAX_LIST_ITEMS)
-    elif isinstance(value, (list, tuple)):
-        items = [str(v) for v in value[:MAX_LIST_ITEMS + 1]]
-    else:
-        items = [str(value)]
-    if len(items) > MAX_LIST_ITEMS:
-        raise PlanError(f"{what}: more than {MAX_LIST_ITEMS} items")
-    return [i.strip() for i in items if str(i).strip()]
-
-
-def _bounded(n: int, what: str) -> int:
-    top = _MAXIMA.get(what)
-    if top is not None and n > top:
-        unit = {"trials": " trials per cell", "batch_sizes": " samples per device"}.get(what, " steps")
-        raise PlanError(f"{what}: {short(n)} is more than the maximum of {top}{unit}")
-    return n
-
-
-def _positive_ints(value: Any, what: str) -> tuple[int, ...]:
-    out = []
-    for item in _split(value, what):
-        try:
-            n = int(item)
-        except ValueError:
-            raise PlanError(f"{what}: {short(item)} is not an integer") from None
-        if n < 1:
-            raise PlanError(f"{what}: {short(n)} must be a positive integer")
-        if _bounded(n, what) not in out:
-            out.append(n)
-    if not out:
-        raise PlanError(f"{what}: empty list")
-    return tuple(out)
-
-
-def _int(value: Any, what: str, minimum: int) -> int:
-    if isinstance(value, bool):
-        raise PlanError(f"{what}: {short(value)} is not an integer")
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        raise PlanError(f"{what}: {short(value)} is not an integer") from None
-    if n < minimum:
-        raise PlanError(f"{what}: {short(n)} must be >= {minimum}")
-    return _bounded(n, what)
-
-
-def check_topology_size(topo: Topology, what: str = "topologies") -> Topology:
-    """Refuse node / GPU counts no cluster has (before anything loops over them)."""
-    if topo.nodes > MAX_NODES or topo.gpus_per_node > MAX_GPUS_PER_NODE:
-        raise PlanError(f"{what}: {str(topo.nodes)[:40]}n{str(topo.gpus_per_node)[:40]}g is too large "
-                        f"(at most {MAX_NODES} nodes and {MAX_GPUS_PER_NODE} GPUs per node)")
-    return topo
-
-
-def parse_xla(value: Any) -> tuple[bool, ...]:
-    """``on`` / ``off`` / ``both`` (or a bool, or a list of bools) -> tuple of bools."""
-    if isinstance(value, bool):
-        return (value,)
-    if isinstance(value, (list, tuple)):
-        if all(isinstance(v, bool) for v in value) and value:
-            return tuple(dict.fromkeys(value))
-        value = ",".join(map(str, value))
-    word = str(value).strip().lower()
-    if word in _XLA_WORDS:
-        return _XLA_WORDS[word]
-    raise PlanError(f"xla: {short(value)} is not one of on, off, both")
-
-
-@dataclass(frozen=True)
-class Overrides:
-    """What a user may change for one run (CLI flags, Airflow params). ``None`` = the suite's default."""
-
-    batch_sizes: tuple[int, ...] | None = None
-    precisions: tuple[str, ...] | None = None
-    topologies: tuple[str, ...] | None = None
-    xla: tuple[bool, ...] | None = None
-    trials: int | None = None
-    warmup_iters: int | None = None
-    measure_iters: int | None = None
-    image_tag: str | None = None
-    cases: tuple[str, ...] | None = None  # Megatron layout case names
-    models: tuple[str, ...] | None = None
-    include_excluded: bool = False  # also run combinations the suite's ``exclude`` leaves out
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "Overrides":
-        """Build from loose input (Airflow params, JSON): comma strings or lists; empty/None = default."""
-        d = {k: v for k, v in (d or {}).items() if v is not None and v != "" and v != []}
-        unknown = set(d) - {f for f in cls.__dataclass_fields__}
-        if unknown:
-            raise PlanError(f"unknown override(s): {', '.join(sorted(unknown))}; "
-                            f"known: {', '.join(cls.__dataclass_fields__)}")
-        kw: dict[str, Any] = {}
-        if "batch_sizes" in d:
-            kw["batch_sizes"] = _positive_ints(d["batch_sizes"], "batch_sizes")
-        if "precisions" in d:
-            precs = []
-            for p in _split(d["precisions"], "precisions"):
-                if p.lower() not in _PRECISION_ALIASES:
-                    raise PlanError(f"precisions: unknown precision {short(p)}; known: fp32, amp (fp16 = amp)")
-                if _PRECISION_ALIASES[p.lower()] not in precs:
-                    precs.append(_PRECISION_ALIASES[p.lower()])
-            kw["precisions"] = tuple(precs)
-        if "topologies" in d:
-            kw["topologies"] = tuple(check_topology_size(Topology.parse(t)).name
-                                     for t in _split(d["topologies"], "topologies"))
-        if "xla" in d:
-            kw["xla"] = parse_xla(d["xla"])
-        if "trials" in d:
-            kw["trials"] = _int(d["trials"], "trials", 1)
-        if "warmup_iters" in d:
-            kw["warmup_iters"] = _int(d["warmup_iters"], "warmup_iters", 0)
-        if "measure_iters" in d:
-            kw["measure_iters"] = _int(d["measure_iters"], "measure_iters", 1)
-        if "image_tag" in d:
-            kw["image_tag"] = str(d["image_tag"]).strip()
-        if "cases" in d:
-            kw["cases"] = tuple(_split(d["cases"], "cases"))
-        if "models" in d:
-            kw["models"] = tuple(_split(d["models"], "models"))
-        if "include_excluded" in d:
-            kw["include_excluded"] = bool(d["include_excluded"])
-        return cls(**kw)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in self.__dataclass_fields__:
-            v = getattr(self, name)
-            if v is None or v is False:
-                continue
-            out[name] = list(v) if isinstance(v, tuple) else v
-        return out
 
 
 @dataclass(frozen=True)
@@ -335,13 +179,19 @@ def _check_subset(asked: Iterable, known: Iterable, what: str, suite: Suite) -> 
                         f"the suite has: {', '.join(map(str, known))}")
 
 
-def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None,
-         max_trials: int = MAX_PLAN_TRIALS) -> Plan:
-    """Cells and trials of ``suite`` with ``overrides`` applied (see module docstring for the order).
-    Sizes are checked before anything is expanded: more than ``max_trials`` trials is refused with
-    a message naming the fields."""
-    ov = overrides if isinstance(overrides, Overrides) else Overrides.from_dict(overrides)
+@dataclass(frozen=True)
+class _Axes:
+    """What a plan varies, once the overrides are applied to the suite's defaults."""
 
+    precisions: tuple[str, ...]
+    xla: tuple[bool, ...]
+    topologies: list[Topology]
+    window: Window
+    trials: int
+
+
+def _axes(suite: Suite, ov: Overrides) -> _Axes:
+    """The suite's defaults with ``ov`` applied, each checked (precisions, XLA, topology sizes, trials)."""
     if ov.models is not None:
         _check_subset(ov.models, [suite.model], "model(s)", suite)
     precisions = ov.precisions if ov.precisions is not None else suite.precisions
@@ -364,83 +214,112 @@ def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None,
     trials_n = ov.trials if ov.trials is not None else suite.trials
     if trials_n < 1:
         raise PlanError(f"trials: {trials_n} must be >= 1")
-    _int(trials_n, "trials", 1)
+    bounded_int(trials_n, "trials", 1)
     for t in topologies:
         check_topology_size(t)
-    image = _image(suite, ov.image_tag)
-    bzs = ov.batch_sizes if ov.batch_sizes is not None else {b for p in precisions for b in suite.batch_sizes_for(p)}
-    upper = (len(suite.layouts) if suite.layouts else len(bzs) * len(topologies)) * len(precisions) * len(xla_values)
-    sizes = (f"batch_sizes {len(bzs)} x precisions {len(precisions)} x xla {len(xla_values)} x topologies "
-             f"{len(topologies)} x trials {trials_n}")
-    if upper > MAX_PLAN_TRIALS or upper * trials_n > 10 * max(max_trials, MAX_PLAN_TRIALS):
-        raise PlanError(f"plan too large: up to {upper * trials_n} trials ({sizes}); at most {max_trials}: "
+    return _Axes(tuple(precisions), tuple(xla_values), topologies, window, trials_n)
+
+
+def _check_upper_bound(suite: Suite, ov: Overrides, ax: _Axes, max_trials: int) -> str:
+    """Refuse a plan that could only be too large (before any cell is made); return the sizes text."""
+    bzs = ov.batch_sizes if ov.batch_sizes is not None else {b for p in ax.precisions for b in suite.batch_sizes_for(p)}
+    upper = ((len(suite.layouts) if suite.layouts else len(bzs) * len(ax.topologies)) * len(ax.precisions)
+             * len(ax.xla))
+    sizes = (f"batch_sizes {len(bzs)} x precisions {len(ax.precisions)} x xla {len(ax.xla)} x topologies "
+             f"{len(ax.topologies)} x trials {ax.trials}")
+    if upper > MAX_PLAN_TRIALS or upper * ax.trials > 10 * max(max_trials, MAX_PLAN_TRIALS):
+        raise PlanError(f"plan too large: up to {upper * ax.trials} trials ({sizes}); at most {max_trials}: "
                         f"choose fewer batch_sizes, topologies or trials")
+    return sizes
 
-    cells: list[Cell] = []
-    if suite.layouts:
-        if ov.batch_sizes is not None:
-            raise PlanError(f"suite {suite.id}: batch sizes come from the parallel layouts (micro batch); "
-                            f"choose layouts with cases instead")
-        layouts = list(suite.layouts)
-        if ov.cases is not None:
-            _check_subset(ov.cases, [lay.case for _, lay in layouts], "case(s)", suite)
-            layouts = [(t, lay) for t, lay in layouts if lay.case in ov.cases]
-        if ov.topologies is not None:
-            have = {t for t, _ in layouts}
-            missing = [t.name for t in topologies if t not in have]
-            if missing:
-                raise PlanError(f"suite {suite.id}: no parallel layout (case) for topology {', '.join(missing)}; "
-                                f"layouts exist for {', '.join(sorted({t.name for t, _ in layouts}, key=lambda n: _topology_key(Topology.parse(n))))}")
-            layouts = [(t, lay) for t, lay in layouts if t in topologies]
-        for prec in precisions:
-            for xla in xla_values:
-                for topo, lay in layouts:
-                    cells.append(Cell(suite=suite.id, framework=suite.framework, model=suite.model, precision=prec,
-                                      batch_size_per_device=lay.micro_batch, topology=topo, xla=xla, layout=lay,
-                                      window=window))
-    else:
-        if ov.cases is not None:
-            raise PlanError(f"suite {suite.id} has no parallel layouts; cases only apply to Megatron suites")
-        for bz in ov.batch_sizes if ov.batch_sizes is not None else tuple(
-                dict.fromkeys(b for p in precisions for b in suite.batch_sizes_for(p))):
-            for prec in precisions:
-                if ov.batch_sizes is None and bz not in suite.batch_sizes_for(prec):
-                    continue
-                for xla in xla_values:
-                    for topo in topologies:
-                        try:
-                            accs = suite.accumulations_for(bz, topo)
-                        except ValueError as exc:
-                            raise PlanError(f"suite {suite.id}: gradient_accumulation_steps for batch {bz} on "
-                                            f"{topo.name}: {exc}") from None
-                        for acc in accs:
-                            if not ov.include_excluded and suite.excluded(bz, prec, xla, topo, acc):
-                                continue
-                            cells.append(Cell(suite=suite.id, framework=suite.framework, model=suite.model,
-                                              precision=prec, batch_size_per_device=bz, topology=topo, xla=xla,
-                                              window=window, accumulation=acc))
-    if not cells:
-        raise PlanError(f"suite {suite.id}: the overrides select no cell (every combination is excluded)")
-    if len(cells) * trials_n > max_trials:
-        raise PlanError(f"plan too large: {len(cells) * trials_n} trials ({len(cells)} cells from {sizes}); at most "
-                        f"{max_trials}: choose fewer batch_sizes, topologies or trials")
 
+def _layout_cells(suite: Suite, ov: Overrides, ax: _Axes) -> list[Cell]:
+    """The cells of a suite with parallel layouts (Megatron): one per layout, precision and XLA value."""
+    if ov.batch_sizes is not None:
+        raise PlanError(f"suite {suite.id}: batch sizes come from the parallel layouts (micro batch); "
+                        f"choose layouts with cases instead")
+    layouts = list(suite.layouts)
+    if ov.cases is not None:
+        _check_subset(ov.cases, [lay.case for _, lay in layouts], "case(s)", suite)
+        layouts = [(t, lay) for t, lay in layouts if lay.case in ov.cases]
+    if ov.topologies is not None:
+        have = {t for t, _ in layouts}
+        missing = [t.name for t in ax.topologies if t not in have]
+        if missing:
+            raise PlanError(f"suite {suite.id}: no parallel layout (case) for topology {', '.join(missing)}; "
+                            f"layouts exist for {', '.join(sorted({t.name for t, _ in layouts}, key=lambda n: _topology_key(Topology.parse(n))))}")
+        layouts = [(t, lay) for t, lay in layouts if t in ax.topologies]
+    return [Cell(suite=suite.id, framework=suite.framework, model=suite.model, precision=prec,
+                 batch_size_per_device=lay.micro_batch, topology=topo, xla=xla, layout=lay, window=ax.window)
+            for prec in ax.precisions for xla in ax.xla for topo, lay in layouts]
+
+
+def _grid_cells(suite: Suite, ov: Overrides, ax: _Axes) -> list[Cell]:
+    """The cells of a suite without layouts: batch size x precision x XLA x topology x gradient
+    accumulation, less the suite's ``exclude`` (unless ``include_excluded``)."""
+    if ov.cases is not None:
+        raise PlanError(f"suite {suite.id} has no parallel layouts; cases only apply to Megatron suites")
+    cells = []
+    for bz in ov.batch_sizes if ov.batch_sizes is not None else tuple(
+            dict.fromkeys(b for p in ax.precisions for b in suite.batch_sizes_for(p))):
+        for prec in ax.precisions:
+            if ov.batch_sizes is None and bz not in suite.batch_sizes_for(prec):
+                continue
+            for xla in ax.xla:
+                for topo in ax.topologies:
+                    cells += [Cell(suite=suite.id, framework=suite.framework, model=suite.model, precision=prec,
+                                   batch_size_per_device=bz, topology=topo, xla=xla, window=ax.window,
+                                   accumulation=acc)
+                              for acc in _accumulations(suite, bz, topo)
+                              if ov.include_excluded or not suite.excluded(bz, prec, xla, topo, acc)]
+    return cells
+
+
+def _accumulations(suite: Suite, bz: int, topo: Topology) -> list:
+    try:
+        return suite.accumulations_for(bz, topo)
+    except ValueError as exc:
+        raise PlanError(f"suite {suite.id}: gradient_accumulation_steps for batch {bz} on "
+                        f"{topo.name}: {exc}") from None
+
+
+def _planned_trials(framework: str, cells: list[Cell], trials_n: int) -> list[PlannedTrial]:
+    """Trials 1..N of every cell with their log paths; two trials writing one log is refused."""
     trials = []
     seen_logs: dict[str, str] = {}
     for cell in cells:
         for i in range(1, trials_n + 1):
             t = Trial(cell, i)
-            paths = _log_paths(suite.framework, t)
+            paths = _log_paths(framework, t)
             for p in paths:
                 if p in seen_logs:
                     raise PlanError(f"trials {seen_logs[p]} and {t.id} would write the same log {p}; "
                                     f"the framework's log_relpath must tell these cells apart")
                 seen_logs[p] = t.id
             trials.append(PlannedTrial(t, paths))
+    return trials
+
+
+def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None,
+         max_trials: int = MAX_PLAN_TRIALS) -> Plan:
+    """Cells and trials of ``suite`` with ``overrides`` applied (see module docstring for the order).
+    Sizes are checked before anything is expanded: more than ``max_trials`` trials is refused with
+    a message naming the fields."""
+    ov = overrides if isinstance(overrides, Overrides) else Overrides.from_dict(overrides)
+    ax = _axes(suite, ov)
+    image = _image(suite, ov.image_tag)
+    sizes = _check_upper_bound(suite, ov, ax, max_trials)
+    cells = _layout_cells(suite, ov, ax) if suite.layouts else _grid_cells(suite, ov, ax)
+    if not cells:
+        raise PlanError(f"suite {suite.id}: the overrides select no cell (every combination is excluded)")
+    if len(cells) * ax.trials > max_trials:
+        raise PlanError(f"plan too large: {len(cells) * ax.trials} trials ({len(cells)} cells from {sizes}); "
+                        f"at most {max_trials}: choose fewer batch_sizes, topologies or trials")
     return Plan(
         suite=suite.id, framework=suite.framework, dag=suite.dag, model=suite.model, image=image,
-        upstream_commit=suite.upstream.commit if suite.upstream else "", window=window,
-        timeout_s=suite.timeout_s, hang_timeout_s=suite.hang_timeout_s, cells=cells, trials=trials, overrides=ov,
+        upstream_commit=suite.upstream.commit if suite.upstream else "", window=ax.window,
+        timeout_s=suite.timeout_s, hang_timeout_s=suite.hang_timeout_s, cells=cells,
+        trials=_planned_trials(suite.framework, cells, ax.trials), overrides=ov,
     )
 
 

@@ -2,21 +2,21 @@
 
 Shape (types, required keys, unknown keys) is checked with the JSON Schema in
 catalog/schema.py; meaning (Megatron arithmetic, topology strings, known framework,
-values safe to reach a shell...) is checked here. Every problem is reported as
-``<file>:<line>: <key path>: <what is wrong>``; all problems of a file are reported at once.
+values safe to reach a shell...) is checked here and in catalog/fieldchecks.py. Every problem is
+reported as ``<file>:<line>: <key path>: <what is wrong>`` (catalog/problems.py); all problems of a
+file are reported at once.
 """
 
 from __future__ import annotations
 
-import re
-import string
 from typing import Any
 
+from dlperf_tasks.catalog.fieldchecks import check_container, check_image_ref, check_plain_strings, check_upstream, env_of
 from dlperf_tasks.catalog.model import ContainerSpec, Patch, Suite, Upstream
 from dlperf_tasks.catalog.patches import check_patches
+from dlperf_tasks.catalog.problems import Problems, no_dupes, topology_at
 from dlperf_tasks.catalog.schema import SUITE_SCHEMA
-from dlperf_tasks.catalog.yamlsrc import KeyPath, format_path
-from dlperf_tasks.core.errors import CatalogError, PlanError
+from dlperf_tasks.catalog.suite_dict import suite_to_dict
 from dlperf_tasks.core.model import ParallelLayout, Precision, Window
 from dlperf_tasks.core.topology import Topology
 from dlperf_tasks import frameworks
@@ -26,64 +26,7 @@ from dlperf_tasks.policy.adaptive import AdaptivePolicy
 from dlperf_tasks.policy.nodehealth import HealthConfig
 
 PRECISIONS = tuple(p.value for p in Precision)
-
-# Docker image reference: [host[:port]/]name[/name...][:tag][@sha256:digest]
-_IMAGE_RE = re.compile(
-    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?"
-    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
-)
-
-
-def check_image_ref(ref: str, where: str = "image") -> str:
-    """Return ``ref`` if it is a plain Docker image reference, else raise CatalogError naming ``where``.
-
-    Guards every image that reaches ``docker pull/run`` argv: a value such as ``--privileged``
-    or ``-v/:/host`` would otherwise be read by docker as an option.
-    """
-    if not isinstance(ref, str) or not _IMAGE_RE.match(ref):
-        raise CatalogError(f"{where}: {ref!r} is not a Docker image reference ([registry/]name[:tag][@sha256:digest])")
-    return ref
-
-
-_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-_REPO_RE = re.compile(r"^https://[A-Za-z0-9.-]+(?::[0-9]+)?/[A-Za-z0-9._/-]+$")
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ULIMIT_RE = re.compile(r"^[a-z]+=-?[0-9]+(?::-?[0-9]+)?$")
-_DEVICE_RE = re.compile(r"^/[A-Za-z0-9_./-]+(?::/[A-Za-z0-9_./-]+)?(?::[rwm]{1,3})?$")
-_CAP_RE = re.compile(r"^[A-Z][A-Z_]*$")
-_MOUNT_RE = re.compile(r"^[^:\s]+:/[^:\s]*(?::(?:ro|rw))?$")
-#: placeholders a mount may use; remote/runtime.py docker_run_argv() fills them from the inventory node
-MOUNT_PLACEHOLDERS = frozenset({"data_dir", "workdir", "node"})
-_RELPATH_RE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
-
-# free text that may span lines (never reaches a shell)
-_MULTILINE_OK = {("description",), ("notes",), ("upstream", "note")}
-
-
-class _Problems:
-    """Collects ``(key path, message)`` and renders them with file and line."""
-
-    def __init__(self, filename: str, lines: dict):
-        self.filename = filename
-        self.lines = lines
-        self.items: list[str] = []
-
-    def add(self, path: KeyPath, message: str, label: str = "") -> None:
-        line = None
-        p = tuple(path)
-        while line is None and p is not None:
-            line = self.lines.get(p)
-            p = p[:-1] if p else None
-        where = f"{self.filename}:{line}" if line else self.filename
-        self.items.append(f"{where}: {format_path(tuple(path))}{label}: {message}")
-
-    def raise_if_any(self) -> None:
-        if self.items:
-            err = CatalogError("\n".join(self.items))
-            err.problems = list(self.items)  # type: ignore[attr-defined]
-            raise err
+__all__ = ["PRECISIONS", "build_suite", "check_image_ref", "suite_to_dict"]  # the last two re-exported
 
 
 def _schema_validator():
@@ -100,29 +43,7 @@ def _schema_validator():
 _VALIDATOR = None
 
 
-def _check_plain_strings(data: Any, path: KeyPath, problems: _Problems) -> None:
-    """Strings that may reach a shell or a command line: no NUL, no line breaks, no other control chars."""
-    if path in _MULTILINE_OK or (len(path) >= 3 and path[:2] == ("upstream", "patches")):
-        return
-    if isinstance(data, str):
-        bad = [c for c in data if ord(c) < 32 and c != "\t" or c == "\x7f"]
-        if bad:
-            problems.add(path, f"contains control character {bad[0]!r}; values must be plain one-line text")
-    elif isinstance(data, dict):
-        for k, v in data.items():
-            if not isinstance(k, str):
-                problems.add(path + (k,), f"key {k!r} must be a string")
-                continue
-            _check_plain_strings(k, path + (k,), problems)
-            _check_plain_strings(v, path + (k,), problems)
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            _check_plain_strings(v, path + (i,), problems)
-    elif data is not None and not isinstance(data, (bool, int, float)):
-        problems.add(path, f"unsupported value of type {type(data).__name__} (use strings, numbers, lists, mappings)")
-
-
-def _schema_problems(data: Any, problems: _Problems) -> None:
+def _schema_problems(data: Any, problems: Problems) -> None:
     validator = _schema_validator()
     for err in sorted(validator.iter_errors(data), key=lambda e: [str(x) for x in e.absolute_path]):
         path = tuple(err.absolute_path)
@@ -136,65 +57,10 @@ def _schema_problems(data: Any, problems: _Problems) -> None:
         problems.add(path, msg)
 
 
-def _topology(text: Any, path: KeyPath, problems: _Problems) -> Topology | None:
-    try:
-        return Topology.parse(str(text))
-    except PlanError as exc:
-        problems.add(path, str(exc))
-        return None
 
-
-def _no_dupes(values: list, path: KeyPath, what: str, problems: _Problems) -> None:
-    seen = set()
-    for i, v in enumerate(values):
-        if v in seen:
-            problems.add(path + (i,), f"duplicate {what} {v!r}")
-        seen.add(v)
-
-
-def _check_container(c: dict, problems: _Problems) -> None:
-    p = ("container",)
-    image = c["image"]
-    if not _IMAGE_RE.match(image):
-        problems.add(p + ("image",), f"invalid image reference {image!r} (expected registry/repo:tag, e.g. nvcr.io/nvidia/mxnet:20.03-py3)")
-    for i, u in enumerate(c.get("ulimits", [])):
-        if not _ULIMIT_RE.match(u):
-            problems.add(p + ("ulimits", i), f"invalid ulimit {u!r} (expected name=soft[:hard], e.g. memlock=-1)")
-    for i, d in enumerate(c.get("devices", [])):
-        if not _DEVICE_RE.match(d):
-            problems.add(p + ("devices", i), f"invalid device {d!r} (expected an absolute path like /dev/infiniband)")
-    for i, cap in enumerate(c.get("cap_add", [])):
-        if not _CAP_RE.match(cap):
-            problems.add(p + ("cap_add", i), f"invalid capability {cap!r} (expected e.g. IPC_LOCK)")
-    for i, m in enumerate(c.get("mounts", [])):
-        if not _MOUNT_RE.match(m) or any(q in m for q in "`'\""):
-            problems.add(p + ("mounts", i), f"invalid mount {m!r} (expected host_path:/container_path[:ro|rw])")
-        elif not string.Template(m).is_valid() or set(string.Template(m).get_identifiers()) - MOUNT_PLACEHOLDERS:
-            problems.add(p + ("mounts", i), f"invalid mount {m!r}: '$' may only start a placeholder "
-                                            f"{', '.join('${%s}' % k for k in sorted(MOUNT_PLACEHOLDERS))} ('$$' = '$')")
-
-
-def _check_upstream(u: dict, problems: _Problems) -> None:
-    p = ("upstream",)
-    if not _REPO_RE.match(u["repo"]):
-        problems.add(p + ("repo",), f"invalid repository URL {u['repo']!r} (expected https://host/owner/name)")
-    commit, ref = u.get("commit", ""), u.get("ref", "")
-    if commit and not _COMMIT_RE.match(commit):
-        problems.add(p + ("commit",), f"commit {commit!r} must be the full 40-hex-digit lower-case SHA-1")
-    if not commit and not ref:
-        problems.add(p, "needs 'commit' (40 hex digits) or at least 'ref' (branch/tag)")
-    if ref and not _TAG_RE.match(ref.replace("/", "_")):
-        problems.add(p + ("ref",), f"invalid git ref {ref!r}")
-    for key_path, value in [(p + ("workdir",), u.get("workdir", ""))] + [
-        (p + ("patches", i, "path"), patch["path"]) for i, patch in enumerate(u.get("patches", []))
-    ]:
-        if value and (not _RELPATH_RE.match(value) or ".." in value.split("/")):
-            problems.add(key_path, f"{value!r} must be a relative path inside the repository (no '..')")
-
-
-def _check_layouts(data: dict, problems: _Problems) -> list[tuple[Topology, ParallelLayout]]:
+def _check_layouts(data: dict, problems: Problems) -> list[tuple[Topology, ParallelLayout]]:
     out = []
-    _no_dupes([lay["case"] for lay in data["layouts"]], ("layouts",), "case", problems)
+    no_dupes([lay["case"] for lay in data["layouts"]], ("layouts",), "case", problems)
     for i, lay in enumerate(data["layouts"]):
         path = ("layouts", i)
         label = f" ({lay['case']})"
@@ -230,14 +96,6 @@ def _check_layouts(data: dict, problems: _Problems) -> list[tuple[Topology, Para
     return out
 
 
-def _env(data: dict, key: str, problems: _Problems) -> dict[str, str]:
-    env = {}
-    for k, v in (data.get(key) or {}).items():
-        if not _ENV_KEY_RE.match(k):
-            problems.add((key, k), f"invalid environment variable name {k!r}")
-        env[k] = ("true" if v else "false") if isinstance(v, bool) else str(v)
-    return env
-
 
 def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None = None, *,
                 schema: bool = True) -> Suite:
@@ -246,15 +104,67 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
     ``schema=False`` skips the JSON Schema pass (jsonschema costs ~50 ms to import): only for the
     package's own suites, which tests/unit/test_catalog.py validates with it
     (``test_builtin_suites_pass_the_json_schema``); every other check still runs."""
-    problems = _Problems(filename, lines)
+    problems = _shape_problems(data, filename, lines, schema)
+    problems.raise_if_any()  # the semantic checks below rely on the shape
+    _check_scalars(data, expected_id, problems)
+    precisions, xla = data["precisions"], data.get("xla", [False])
+    layouts = _check_layouts(data, problems) if "layouts" in data else []
+    if "layouts" in data and data["framework"] != "megatron_gpt" and not data["framework"].startswith("megatron"):
+        problems.add(("layouts",), f"layouts are only meaningful for Megatron frameworks, not {data['framework']!r}")
+    batch_sizes, by_prec = _batch_sizes(data, layouts, problems)
+    topologies = _topologies(data, layouts, problems)
+    exclude = _exclusions(data, problems)
+    container = _container(data, problems)
+    upstream = _upstream(data, filename, problems)
+    env, env_multi = (env_of(data, key, problems) for key in ("env", "env_multi_node"))
+    accumulation = check_launcher(data, filename, problems)
+    _decision_fields(data, problems)
+    schedule = _schedule(data, problems)
+    problems.raise_if_any()
+    w = data["window"]
+    return Suite(
+        id=data["id"],
+        framework=data["framework"],
+        dag=data["dag"],
+        model=data["model"],
+        description=data.get("description", "").strip(),
+        container=container,
+        upstream=upstream,
+        launcher=dict(data.get("launcher") or {}),
+        env=env,
+        window=Window(warmup=w["warmup"], measure=w["measure"], rule=w.get("rule", "timestamps")),
+        trials=data["trials"],
+        batch_sizes=batch_sizes,
+        precisions=tuple(precisions),
+        xla=tuple(xla),
+        topologies=tuple(topologies),
+        layouts=tuple(layouts),
+        timeout_s=data.get("timeout_s", 3600),
+        hang_timeout_s=data.get("hang_timeout_s", 600),
+        source=filename,
+        extra=_extra(data),
+        batch_sizes_by_precision=by_prec,
+        exclude=tuple(exclude),
+        env_multi_node=env_multi,
+        accumulation_steps=accumulation,
+        schedule=schedule,
+    )
+
+
+def _shape_problems(data: Any, filename: str, lines: dict, schema: bool) -> Problems:
+    """The shape of the document: a mapping, the JSON Schema (when ``schema``), plain one-line strings."""
+    problems = Problems(filename, lines)
     if not isinstance(data, dict):
         problems.add((), f"a suite file must be a mapping (got {type(data).__name__})")
         problems.raise_if_any()
     if schema:
         _schema_problems(data, problems)
-    _check_plain_strings(data, (), problems)
-    problems.raise_if_any()  # the semantic checks below rely on the shape
+    check_plain_strings(data, (), problems)
+    return problems
 
+
+def _check_scalars(data: dict, expected_id: str | None, problems: Problems) -> None:
+    """id, framework, trials, window, timeouts, precisions and XLA values."""
     if expected_id is not None and data["id"] != expected_id:
         problems.add(("id",), f"id {data['id']!r} must equal the file name {expected_id!r}")
     if data["framework"] not in frameworks.names():
@@ -273,57 +183,54 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
         problems.add(("hang_timeout_s",), f"hang_timeout_s = {hang_s} must be >= 1")
     elif hang_s > timeout_s:
         problems.add(("hang_timeout_s",), f"hang_timeout_s = {hang_s} is larger than timeout_s = {timeout_s}")
-
     precisions = data["precisions"]
     for i, prec in enumerate(precisions):
         if prec not in PRECISIONS:
             problems.add(("precisions", i), f"unknown precision {prec!r}; known: {', '.join(PRECISIONS)}")
-    _no_dupes(precisions, ("precisions",), "precision", problems)
-    xla = data.get("xla", [False])
-    _no_dupes(xla, ("xla",), "xla value", problems)
+    no_dupes(precisions, ("precisions",), "precision", problems)
+    no_dupes(data.get("xla", [False]), ("xla",), "xla value", problems)
 
-    layouts = _check_layouts(data, problems) if "layouts" in data else []
-    if "layouts" in data and data["framework"] != "megatron_gpt" and not data["framework"].startswith("megatron"):
-        problems.add(("layouts",), f"layouts are only meaningful for Megatron frameworks, not {data['framework']!r}")
 
-    # batch sizes
-    raw_bs = data.get("batch_sizes")
-    batch_sizes: tuple[int, ...] = ()
-    by_prec: dict[str, tuple[int, ...]] = {}
+def _batch_sizes(data: dict, layouts: list, problems: Problems) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
+    """The suite's batch sizes and, when given per precision, the mapping precision -> batch sizes."""
+    raw_bs, precisions = data.get("batch_sizes"), data["precisions"]
     if raw_bs is None:
         if not layouts:
             problems.add((), "missing 'batch_sizes' (a list, or a mapping precision -> list)")
-        else:
-            batch_sizes = tuple(dict.fromkeys(lay.micro_batch for _, lay in layouts))
+            return (), {}
+        return tuple(dict.fromkeys(lay.micro_batch for _, lay in layouts)), {}
+    lists = raw_bs.items() if isinstance(raw_bs, dict) else [(None, raw_bs)]
+    for prec, values in lists:
+        path = ("batch_sizes",) + ((prec,) if prec is not None else ())
+        if prec is not None and prec not in precisions:
+            problems.add(path, f"precision {prec!r} is not in precisions {precisions}")
+        for i, b in enumerate(values):
+            if b < 1:
+                problems.add(path + (i,), f"batch size {b} must be >= 1")
+        no_dupes(values, path, "batch size", problems)
+    by_prec: dict[str, tuple[int, ...]] = {}
+    if isinstance(raw_bs, dict):
+        for prec in precisions:
+            if prec not in raw_bs:
+                problems.add(("batch_sizes",), f"no batch sizes for precision {prec!r}")
+        by_prec = {p: tuple(v) for p, v in raw_bs.items()}
+        batch_sizes = tuple(dict.fromkeys(b for v in raw_bs.values() for b in v))
     else:
-        lists = raw_bs.items() if isinstance(raw_bs, dict) else [(None, raw_bs)]
-        for prec, values in lists:
-            path = ("batch_sizes",) + ((prec,) if prec is not None else ())
-            if prec is not None and prec not in precisions:
-                problems.add(path, f"precision {prec!r} is not in precisions {precisions}")
-            for i, b in enumerate(values):
-                if b < 1:
-                    problems.add(path + (i,), f"batch size {b} must be >= 1")
-            _no_dupes(values, path, "batch size", problems)
-        if isinstance(raw_bs, dict):
-            for prec in precisions:
-                if prec not in raw_bs:
-                    problems.add(("batch_sizes",), f"no batch sizes for precision {prec!r}")
-            by_prec = {p: tuple(v) for p, v in raw_bs.items()}
-            batch_sizes = tuple(dict.fromkeys(b for v in raw_bs.values() for b in v))
-        else:
-            batch_sizes = tuple(raw_bs)
-        if layouts:
-            problems.add(("batch_sizes",), "suites with layouts take the batch size from each layout's micro_batch; remove batch_sizes")
+        batch_sizes = tuple(raw_bs)
+    if layouts:
+        problems.add(("batch_sizes",), "suites with layouts take the batch size from each layout's micro_batch; remove batch_sizes")
+    return batch_sizes, by_prec
 
-    # topologies
+
+def _topologies(data: dict, layouts: list, problems: Problems) -> list[Topology]:
+    """The suite's topologies (from its layouts when it lists none)."""
     topologies: list[Topology] = []
     if "topologies" in data:
         for i, text in enumerate(data["topologies"]):
-            t = _topology(text, ("topologies", i), problems)
+            t = topology_at(text, ("topologies", i), problems)
             if t is not None:
                 topologies.append(t)
-        _no_dupes([t.name for t in topologies], ("topologies",), "topology", problems)
+        no_dupes([t.name for t in topologies], ("topologies",), "topology", problems)
     elif layouts:
         topologies = sorted({t for t, _ in layouts}, key=lambda t: (t.world_size, t.nodes))
     else:
@@ -333,157 +240,76 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
         for i, (t, lay) in enumerate(layouts):
             if t.name not in names:
                 problems.add(("layouts", i), f"topology {t.name} is not in topologies {sorted(names)}", f" ({lay.case})")
+    return topologies
 
-    # exclusions
-    exclude = []
+
+def _exclusions(data: dict, problems: Problems) -> list[dict]:
+    """The ``exclude`` rules, their topology in canonical form."""
+    precisions, exclude = data["precisions"], []
     for i, rule in enumerate(data.get("exclude", [])):
         path = ("exclude", i)
         if "precision" in rule and rule["precision"] not in precisions:
             problems.add(path + ("precision",), f"precision {rule['precision']!r} is not in precisions {precisions}")
         if "topology" in rule:
-            t = _topology(rule["topology"], path + ("topology",), problems)
+            t = topology_at(rule["topology"], path + ("topology",), problems)
             rule = dict(rule, topology=t.name if t else rule["topology"])
         if "batch_size" in rule and rule["batch_size"] < 1:
             problems.add(path + ("batch_size",), f"batch size {rule['batch_size']} must be >= 1")
         exclude.append(dict(rule))
+    return exclude
 
-    container = None
-    if data.get("container"):
-        _check_container(data["container"], problems)
-        c = data["container"]
-        container = ContainerSpec(
-            image=c["image"],
-            shm_size=c.get("shm_size", "16g"),
-            ulimits=tuple(c.get("ulimits", ["memlock=-1"])),
-            ipc_host=c.get("ipc_host", True),
-            net_host=c.get("net_host", True),
-            devices=tuple(c.get("devices", [])),
-            privileged=c.get("privileged", False),
-            mounts=tuple(c.get("mounts", [])),
-            sshd_port=c.get("sshd_port"),
-            cap_add=tuple(c.get("cap_add", [])),
-        )
-    upstream = None
-    if data.get("upstream"):
-        _check_upstream(data["upstream"], problems)
-        check_patches(data, filename, problems)
-        u = data["upstream"]
-        upstream = Upstream(
-            repo=u["repo"],
-            commit=u.get("commit", ""),
-            workdir=u.get("workdir", ""),
-            patches=tuple(Patch(p["path"], p["description"].strip(), p.get("diff", ""), p.get("file", ""))
-                          for p in u.get("patches", [])),
-            ref=u.get("ref", ""),
-        )
 
-    env, env_multi = (_env(data, key, problems) for key in ("env", "env_multi_node"))
+def _container(data: dict, problems: Problems) -> ContainerSpec | None:
+    if not data.get("container"):
+        return None
+    check_container(data["container"], problems)
+    c = data["container"]
+    return ContainerSpec(
+        image=c["image"],
+        shm_size=c.get("shm_size", "16g"),
+        ulimits=tuple(c.get("ulimits", ["memlock=-1"])),
+        ipc_host=c.get("ipc_host", True),
+        net_host=c.get("net_host", True),
+        devices=tuple(c.get("devices", [])),
+        privileged=c.get("privileged", False),
+        mounts=tuple(c.get("mounts", [])),
+        sshd_port=c.get("sshd_port"),
+        cap_add=tuple(c.get("cap_add", [])),
+    )
 
-    accumulation = check_launcher(data, filename, problems)
 
-    _decision_fields(data, problems)
-    schedule = _schedule(data, problems)
-    problems.raise_if_any()
+def _upstream(data: dict, filename: str, problems: Problems) -> Upstream | None:
+    if not data.get("upstream"):
+        return None
+    check_upstream(data["upstream"], problems)
+    check_patches(data, filename, problems)
+    u = data["upstream"]
+    return Upstream(
+        repo=u["repo"],
+        commit=u.get("commit", ""),
+        workdir=u.get("workdir", ""),
+        patches=tuple(Patch(p["path"], p["description"].strip(), p.get("diff", ""), p.get("file", ""))
+                      for p in u.get("patches", [])),
+        ref=u.get("ref", ""),
+    )
+
+
+def _extra(data: dict) -> dict[str, Any]:
+    """Fields the Suite keeps as they are (requirements, logs, notes, decision settings, upstream note)."""
     extra = {k: data[k] for k in ("requirements", "logs", "notes", "plausible_max_per_gpu", "adaptive",
                                   "node_health") if k in data}
     if data.get("upstream") and data["upstream"].get("note"):
         extra["upstream_note"] = data["upstream"]["note"].strip()
-    return Suite(
-        id=data["id"],
-        framework=data["framework"],
-        dag=data["dag"],
-        model=data["model"],
-        description=data.get("description", "").strip(),
-        container=container,
-        upstream=upstream,
-        launcher=dict(data.get("launcher") or {}),
-        env=env,
-        window=Window(warmup=w["warmup"], measure=w["measure"], rule=w.get("rule", "timestamps")),
-        trials=data["trials"],
-        batch_sizes=batch_sizes,
-        precisions=tuple(precisions),
-        xla=tuple(xla),
-        topologies=tuple(topologies),
-        layouts=tuple(layouts),
-        timeout_s=timeout_s,
-        hang_timeout_s=hang_s,
-        source=filename,
-        extra=extra,
-        batch_sizes_by_precision=by_prec,
-        exclude=tuple(exclude),
-        env_multi_node=env_multi,
-        accumulation_steps=accumulation,
-        schedule=schedule,
-    )
+    return extra
 
 
-def _schedule(data: dict, problems: _Problems) -> str | None:
+def _schedule(data: dict, problems: Problems) -> str | None:
     try:
         return check_cron(data.get("schedule"))
     except ValueError as exc:
         problems.add(("schedule",), str(exc))
         return None
 
-
-def suite_to_dict(suite: Suite) -> dict[str, Any]:
-    """The suite in YAML form with every default filled in (what ``dlperf catalog show`` prints)."""
-    d: dict[str, Any] = {
-        "id": suite.id,
-        "framework": suite.framework,
-        "dag": suite.dag,
-        "schedule": suite.schedule,
-        "model": suite.model,
-        "description": suite.description,
-    }
-    if suite.container is None:
-        d["container"] = None
-    else:
-        c = suite.container
-        d["container"] = {
-            "image": c.image, "shm_size": c.shm_size, "ulimits": list(c.ulimits), "ipc_host": c.ipc_host,
-            "net_host": c.net_host, "devices": list(c.devices), "privileged": c.privileged,
-            "cap_add": list(c.cap_add), "mounts": list(c.mounts), "sshd_port": c.sshd_port,
-        }
-    if suite.upstream is None:
-        d["upstream"] = None
-    else:
-        u = suite.upstream
-        d["upstream"] = {
-            "repo": u.repo, "commit": u.commit, "ref": u.ref, "workdir": u.workdir,
-            "patches": [{"path": p.path, "description": p.description, "diff": p.diff, "file": p.file}
-                        for p in u.patches],
-        }
-        if suite.extra.get("upstream_note"):
-            d["upstream"]["note"] = suite.extra["upstream_note"]
-    d["launcher"] = suite.launcher
-    d["env"] = suite.env
-    d["env_multi_node"] = suite.env_multi_node
-    d["window"] = suite.window.to_dict()
-    d["trials"] = suite.trials
-    if not suite.layouts:  # Megatron: batch sizes are the layouts' micro batches
-        d["batch_sizes"] = ({p: list(v) for p, v in suite.batch_sizes_by_precision.items()}
-                            if suite.batch_sizes_by_precision else list(suite.batch_sizes))
-    d["precisions"] = list(suite.precisions)
-    d["xla"] = list(suite.xla)
-    d["topologies"] = [t.name for t in suite.topologies]
-    if suite.exclude:
-        d["exclude"] = [dict(r) for r in suite.exclude]
-    if suite.accumulation_steps:
-        d["gradient_accumulation_steps"] = list(suite.accumulation_steps)
-    if suite.layouts:
-        d["layouts"] = [
-            {"group": lay.group, "case": lay.case, "nodes": t.nodes, "gpus": t.gpus_per_node, "dp": lay.dp,
-             "mp": lay.mp, "pp": lay.pp, "micro_batch": lay.micro_batch, "global_batch": lay.global_batch,
-             "accumulation_steps": lay.accumulation_steps, "hidden_size": lay.hidden_size,
-             "num_heads": lay.num_heads, "num_layers": lay.num_layers, "seq_length": lay.seq_length}
-            for t, lay in suite.layouts
-        ]
-    d["timeout_s"] = suite.timeout_s
-    d["hang_timeout_s"] = suite.hang_timeout_s
-    for k in ("requirements", "logs", "notes"):
-        if k in suite.extra:
-            d[k] = suite.extra[k]
-    return d
 
 
 def _decision_fields(data: dict, problems) -> None:

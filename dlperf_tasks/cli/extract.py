@@ -112,7 +112,7 @@ def _text(fmt: str, res, result) -> str:
         from dlperf_tasks.history.export import run_csv
 
         return run_csv(result)
-    if fmt == "dlperf":
+    if fmt == "dlperf":  # (dlperf extract writes it line by line: _print)
         return render_dlperf_text(result)
     if fmt == "markdown":
         return render_markdown(result, full=False, trials=True)
@@ -191,6 +191,12 @@ def _print(args: argparse.Namespace, res, result, spool) -> None:
             sys.stdout.write(out.getvalue().decode("utf-8"))
         else:
             out.flush()
+    elif args.format == "dlperf":
+        from dlperf_tasks.report.markdown import dlperf_text_lines
+
+        write = sys.stdout.write
+        for line in dlperf_text_lines(result):  # line by line: the text grows with the square of the trials
+            write(escape(line) + "\n")
     else:
         sys.stdout.write(escape(_text(args.format, res, result)))
 

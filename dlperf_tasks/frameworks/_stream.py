@@ -51,10 +51,24 @@ _HINTS_ASCII = tuple(h.encode("ascii") for h in _CRASH_HINTS)
 assert not any(c.isdigit() or c == "\n" for h in _CRASH_HINTS for c in h), "the shape check needs digit-free hints"
 
 
+#: line shapes already seen to hold no crash hint (the logs of one tree share most of theirs: NCCL
+#: set-up, tqdm bars): a later text is checked only on its shapes not in here. Bounded: emptied when full
+_CLEAN_SHAPES: set[bytes] = set()
+_CLEAN_SHAPES_MAX = 4096
+
+
 def _may_hold_hint(text: str) -> bool:
     """False only when no crash hint occurs anywhere in ``text`` (an ASCII str)."""
-    shapes = b"\n".join(dict.fromkeys(text.encode("ascii").translate(_DIGITS_TO_0).split(b"\n")))
-    return any(map(shapes.__contains__, _HINTS_ASCII))  # no generator frame per hint
+    new = set(text.encode("ascii").translate(_DIGITS_TO_0).split(b"\n")).difference(_CLEAN_SHAPES)
+    if not new:
+        return False
+    shapes = b"\n".join(new)
+    if any(map(shapes.__contains__, _HINTS_ASCII)):  # no generator frame per hint
+        return True
+    if len(_CLEAN_SHAPES) + len(new) > _CLEAN_SHAPES_MAX:
+        _CLEAN_SHAPES.clear()
+    _CLEAN_SHAPES.update(new)
+    return False
 
 
 def _long_line_at(block: str) -> int:

@@ -14,6 +14,7 @@ from typing import Iterable, Mapping
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
 from dlperf_tasks.frameworks import preflight
 from dlperf_tasks.frameworks._stream import parse_with
+from dlperf_tasks.frameworks._stream import LineParseStream
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,6 @@ class Framework(ABC):
         ``.close()`` -> ParsedLog (see ``frameworks/_stream.py``). ``keep_samples=False``: samples
         are dropped after each fed block (constant memory; for progress watching)."""
         if self.Stream is None:
-            from dlperf_tasks.frameworks._stream import LineParseStream
-
             st = LineParseStream(self, max_lines=max_lines)
         else:
             st = self.Stream(max_lines=max_lines)

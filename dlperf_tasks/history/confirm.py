@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 from dlperf_tasks.history.robust import mann_whitney_u
 from dlperf_tasks.history.runs import RUN_ENV_KEYS, env_diff
 from dlperf_tasks.history.notify import notify
+from dlperf_tasks.history.cellspec import parse_cell_id
 
 CONFIRMED = "confirmed"
 NOT_REPRODUCED = "not_reproduced"
@@ -153,8 +154,6 @@ def plan_confirmation(regressions: Mapping[str, Any], finding: str | int, rows: 
         raise ValueError(f"runs {run_a} / {run_id} recorded no image: nothing to compare A/B")
     cells = [f["cell_id"]]
     if f["kind"] == "scaling":
-        from dlperf_tasks.history.cellspec import parse_cell_id
-
         bid = parse_cell_id(f["cell_id"]).baseline_id
         if bid and bid != f["cell_id"]:
             cells.append(bid)

@@ -1,4 +1,4 @@
-"""Row builders shared by the CLI (``dlperf results``) and the results page (history/web.py):
+"""Row builders shared by the CLI (``dlperf results``) and the results page (web/app.py):
 one dict per table row, rendered as text/JSON/CSV (history/fmt.py) or HTML (templates/)."""
 
 from __future__ import annotations

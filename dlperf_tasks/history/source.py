@@ -43,12 +43,10 @@ def resolve_run(store: Any, spec: str, suite: str | None = None) -> str:
                           f"trailing newline); give it exactly")
     locate = getattr(store, "locate", None)
     if spec and spec != "latest" and locate is not None and "/" not in spec:
-        from dlperf_tasks.core.errors import DlperfError as _Err
-
         try:  # an exact id: one read of its pointer object, no index (which may be huge or missing)
             locate(spec, suite=suite)
             return spec
-        except _Err:
+        except DlperfError:
             pass
     if spec == "latest":
         runs = store.list_runs(suite=suite, limit=1)  # one summary held, whatever the index's length

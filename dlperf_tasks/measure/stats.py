@@ -34,6 +34,7 @@ from typing import Iterable
 
 from dlperf_tasks.core.model import Cell, MetricKind, TrialResult
 from dlperf_tasks.core.topology import BASELINE
+from dlperf_tasks import frameworks
 
 #: speedup_state values
 SPEEDUP_BASELINE = "baseline"  # this cell is the 1n1g baseline (speedup 1.0)
@@ -114,9 +115,7 @@ def _kind(cell: Cell, trials: list[TrialResult]) -> MetricKind:
     for t in trials:
         if t.metric is not None:
             return MetricKind(t.metric.kind)
-    try:  # no trial produced a metric: ask the framework (lazy import keeps this module light)
-        from dlperf_tasks import frameworks
-
+    try:  # no trial produced a metric: ask the framework
         return MetricKind(frameworks.get(cell.framework).metric_kind)
     except Exception:
         return MetricKind.THROUGHPUT

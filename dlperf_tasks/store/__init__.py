@@ -40,7 +40,8 @@ endpoint/bucket/key in the message)::
 
 Credentials come only from the environment (``DLPERF_S3_ACCESS_KEY_ID`` /
 ``DLPERF_S3_SECRET_ACCESS_KEY``, or boto3's ``AWS_*`` chain) or from an Airflow connection
-dict passed in by the scheduler layer; never from URLs or code. Key names: store/layout.py.
+dict passed in by the scheduler layer; never from URLs or code (URL and settings parsing:
+store/location.py). Key names: store/layout.py.
 Redaction: store/redact.py. This package imports no Airflow.
 """
 

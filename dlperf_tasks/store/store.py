@@ -6,33 +6,24 @@ from __future__ import annotations
 import heapq
 import json
 import os
-import urllib.parse
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
-from dlperf_tasks.core import resolved_secrets
 from dlperf_tasks.core.errors import StoreError
-from dlperf_tasks.core.safeurl import refusal, safe_url
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import Backend, LocalBackend, NotFound, sha256_bytes
-from dlperf_tasks.store.s3backend import S3Backend, s3_settings, settings_from_connection
+from dlperf_tasks.store.location import (default_store_url, local_path, local_url, parse_store_url, retry_from,
+                                         s3_location, settings_dict)
+from dlperf_tasks.store.s3backend import S3Backend
 from dlperf_tasks.store.index import iter_index, read_index
 from dlperf_tasks.store.limits import Limits, check_size
 from dlperf_tasks.store.publish import PublishResult, RetryPolicy, publish_run
 from dlperf_tasks.store.redact import Redactor
-from dlperf_tasks.core.settings import Settings
 from dlperf_tasks.store.fetch import get_run
 from dlperf_tasks.store.index import update_index
 
 DEFAULT_REDACTION = ("ips", "hostnames", "users")
 POINTER_MAX = 64 << 10  # a run pointer is ~200 bytes
-_S3_QUERY_KEYS = {"endpoint", "endpoint_url", "region", "addressing_style", "conditional_writes",
-                  "connect_timeout", "read_timeout", "max_attempts"}
-
-
-def default_store_url() -> str:
-    """The configured store (dlperf_tasks.core.settings: ``$DLPERF_STORE_URL``, else the one default)."""
-    return Settings.load().store_url
 
 
 class Store:
@@ -66,31 +57,10 @@ class Store:
         """``file:///abs/dir``, a plain directory path, or
         ``s3://bucket[/prefix]?endpoint=http://host:port&region=r&addressing_style=path``.
         Credentials are never accepted in a URL (environment or Airflow connection only)."""
-        if not url or not isinstance(url, str):
-            raise StoreError("store URL is empty")
-        problem = refusal(url)
-        if problem:  # user info or a credential-like parameter, any scheme: never echoed
-            raise StoreError(problem)
-        shown = safe_url(url)
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme in ("", "file"):
-            path = urllib.parse.unquote(parsed.path if parsed.scheme else url)
-            if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
-                raise StoreError(f"store URL {shown}: file URLs need three slashes (file:///abs/path)")
-            if not path:
-                raise StoreError(f"store URL {shown} has no path")
-            return cls(LocalBackend(path), "", url=f"file://{Path(path).expanduser().resolve()}", **kw)
-        if parsed.scheme != "s3":
-            raise StoreError(f"store URL {shown}: unsupported scheme (use s3:// or file://)")
-        query = dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
-        unknown = set(query) - _S3_QUERY_KEYS
-        if unknown:
-            raise StoreError(f"store URL {shown}: unknown parameter(s) {sorted(safe_url(k) for k in unknown)}; "
-                             f"known: {sorted(_S3_QUERY_KEYS)}")
-        cfg: dict[str, Any] = {"bucket": parsed.netloc, "prefix": parsed.path.strip("/")}
-        for k, v in query.items():
-            cfg["endpoint_url" if k == "endpoint" else k] = v
-        return cls.from_settings({"type": "s3", **cfg}, **kw)
+        kind, cfg = parse_store_url(url)
+        if kind == "local":
+            return cls(LocalBackend(cfg["path"]), "", url=local_url(cfg["path"]), **kw)
+        return cls.from_settings(cfg, **kw)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any] | str | None = None, **overrides) -> "Store":
@@ -102,17 +72,9 @@ class Store:
         "ips,hostnames,users", "inventory": <Cluster | path | dict>, "retries": 4,
         "retry_base_s": 0.5, "retry_max_s": 8}``. ``None`` = :func:`default_store_url`.
         Keyword ``overrides`` win over the dict (e.g. ``redaction=``, ``inventory=``)."""
-        if settings is None:
-            settings = default_store_url()
-        if isinstance(settings, str):
-            cfg: dict[str, Any] = {"url": settings}
-        elif isinstance(settings, Mapping):
-            cfg = dict(settings)
-        else:
-            raise StoreError(f"store settings must be a URL or a mapping, got {type(settings).__name__}")
-        cfg.update({k: v for k, v in overrides.items() if v is not None})
+        cfg = settings_dict(settings, overrides)
         common = {"redaction": cfg.pop("redaction", None), "inventory": cfg.pop("inventory", None),
-                  "retry": _retry_from(cfg)}
+                  "retry": retry_from(cfg)}
         if isinstance(cfg.get("retry"), RetryPolicy):
             common["retry"] = cfg.pop("retry")
         url = cfg.pop("url", None)
@@ -132,25 +94,12 @@ class Store:
         kind = str(cfg.pop("type", "") or ("s3" if cfg.get("bucket") or conn else "local"))
         prefix = str(cfg.pop("prefix", "") or "")
         if kind == "local":
-            path = cfg.pop("path", None) or cfg.pop("root", None)
-            if cfg:
-                raise StoreError(f"local store settings: unknown key(s) {sorted(cfg)}; known: path, prefix, "
-                                 f"redaction, inventory, retries, retry_base_s, retry_max_s")
-            if not path:
-                raise StoreError("local store settings need 'path'")
-            return cls(LocalBackend(path), prefix, url=f"file://{Path(path).expanduser().resolve()}", **common)
+            path = local_path(cfg)
+            return cls(LocalBackend(path), prefix, url=local_url(path), **common)
         if kind != "s3":
             raise StoreError(f"store type {kind!r} unknown (use 's3' or 'local')")
-        if conn is not None:
-            resolved_secrets.remember_connection(conn)  # the pre-publish leak check refuses them
-            from_conn = settings_from_connection(conn)
-            prefix = prefix or str(from_conn.pop("prefix", "") or "")
-            from_conn.pop("prefix", None)
-            cfg = {**from_conn, **{k: v for k, v in cfg.items() if v not in (None, "")}}
-        s3 = s3_settings(cfg)
-        resolved_secrets.remember(s3.secret_access_key, s3.session_token)
-        url = _s3_url(s3, prefix)
-        return cls(S3Backend(s3), prefix, url=url, **common)
+        backend, prefix, url = s3_location(cfg, conn, prefix)
+        return cls(backend, prefix, url=url, **common)
 
     @classmethod
     def from_connection(cls, conn: Mapping[str, Any], bucket: str | None = None, prefix: str = "",
@@ -376,19 +325,6 @@ def _verify(where: str, entry: Mapping[str, Any], size: int, digest: str) -> Non
                          f"({entry.get('size')} bytes), store has sha256 {digest} ({size} bytes)")
 
 
-def _retry_from(cfg: dict) -> RetryPolicy | None:
-    keys = {"retries": "attempts", "retry_base_s": "base_delay", "retry_max_s": "max_delay"}
-    kw = {}
-    for k, field_name in keys.items():
-        if k in cfg:
-            v = cfg.pop(k)
-            try:
-                kw[field_name] = int(v) if field_name == "attempts" else float(v)
-            except (TypeError, ValueError):
-                raise StoreError(f"store setting {k}: expected a number, got {v!r}") from None
-    return RetryPolicy(**kw) if kw else None
-
-
 def _run_order(r: Mapping[str, Any]) -> tuple[str, str]:
     return (str(r.get("started_at") or r.get("date") or ""), str(r.get("run_id")))
 
@@ -404,17 +340,3 @@ def _iso(v: Any) -> str | None:
 def _cmp_key(ts: str) -> str:
     """Comparable form of dates/ISO timestamps (dates compare as their midnight)."""
     return ts.replace(" ", "T")
-
-
-def _s3_url(s3, prefix: str) -> str:
-    q = {}
-    if s3.endpoint_url:
-        q["endpoint"] = s3.endpoint_url
-    if s3.region:
-        q["region"] = s3.region
-    if s3.addressing_style != "auto":
-        q["addressing_style"] = s3.addressing_style
-    if not s3.conditional_writes:
-        q["conditional_writes"] = "false"
-    base = f"s3://{s3.bucket}" + (f"/{prefix}" if prefix else "")
-    return base + (("?" + urllib.parse.urlencode(q)) if q else "")

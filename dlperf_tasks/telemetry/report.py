@@ -22,6 +22,7 @@ from dlperf_tasks.telemetry.sampler import load_raw
 from dlperf_tasks.telemetry.summary import Policy, measured_window, summarise_trial
 from dlperf_tasks.core.model import TrialStatus
 from dlperf_tasks.telemetry.summary import _LABELS
+from dlperf_tasks.store.opener import open_store
 
 HEADING = "## GPU telemetry"
 NOT_CHECKED = {"status": "not_checked", "label": None, "final_loss": None, "band": None, "history_runs": 0,
@@ -114,9 +115,7 @@ def loss_history_from_store(settings, suite: str | None, run: Mapping[str, Any])
     if settings is None or not suite or not getattr(settings, "store_url", None):
         return None, "no store configured for this step"
     try:
-        from dlperf_tasks.store import Store
-
-        store = Store.from_settings(settings.store_url, redaction=getattr(settings, "redaction_spec", None))
+        store = open_store(settings)
         return loss_history_from_index(store.read_index(suite), run), ""
     except Exception as exc:  # noqa: BLE001 - history is advisory
         return None, f"loss history not read from the store: {type(exc).__name__}: {exc}"

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from dlperf_tasks.telemetry import commands, gpu as g, host as h
+from dlperf_tasks.measure.steady import looks_like_epoch
 
 
 @dataclass
@@ -69,8 +70,6 @@ def measured_window(samples: Iterable, warmup: int) -> tuple[float, float] | Non
     samples = list(samples)
     ts = [s.timestamp for s in samples if s.timestamp is not None and s.iteration > warmup]
     if len(ts) < 2:  # a reloaded trial record keeps no time stamps; timestamp-rule values are epochs
-        from dlperf_tasks.measure.steady import looks_like_epoch
-
         rows = sorted((s for s in samples if s.iteration > warmup), key=lambda s: s.iteration)
         ts = [s.value for s in rows] if looks_like_epoch(rows) else []
     return (min(ts), max(ts)) if len(ts) >= 2 else None

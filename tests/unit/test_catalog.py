@@ -28,13 +28,14 @@ def test_every_builtin_suite_loads():
 def test_builtin_suites_pass_the_json_schema():
     """The loader skips the JSON Schema pass for the package's own suites (start-up cost of every
     command); this is where they get it, so a broken built-in suite still fails."""
-    from dlperf_tasks.catalog.validate import _schema_problems, _Problems
+    from dlperf_tasks.catalog.problems import Problems
+    from dlperf_tasks.catalog.validate import _schema_problems
     from dlperf_tasks.catalog.yamlsrc import parse_yaml
 
     for sid in SUITE_IDS:
         path = BUILTIN_DIR / f"{sid}.yaml"
         data, lines = parse_yaml(path.read_text(), str(path))
-        problems = _Problems(str(path), lines)
+        problems = Problems(str(path), lines)
         _schema_problems(data, problems)
         assert not problems.items, (sid, problems.items)
     # a user file still gets the schema (an unknown key is the schema's finding)

@@ -6,7 +6,8 @@ import math
 import pytest
 
 from dlperf_tasks.core.model import MetricKind, ParallelLayout, Sample, Trial, TrialMetric, TrialResult, TrialStatus
-from dlperf_tasks.report.markdown import latency_table, render_dlperf_text, render_markdown, throughput_table
+from dlperf_tasks.report.markdown import (dlperf_text_lines, latency_table, render_dlperf_text, render_markdown,
+                                          throughput_table)
 from dlperf_tasks.report.result_json import (ResultFormatError, build_result, dumps, load_result, write_result)
 from dlperf_tasks.measure.stats import aggregate
 from tests.unit.dlperf_seed_data import SEEDS
@@ -35,6 +36,13 @@ def test_dlperf_text_matches_seed_output():
     assert SEEDS["000-mxnet-bert-bz32"]["DICT_TEXT"] in text
     # cumulative per-cell lines like DLPerf's, in trial order
     assert "{1: 126.29, 2: 126.4, 3: 125.48, 4: 127.17, 5: 127.09, 6: 127.73, 7: 127.05}" in text
+    # dlperf extract writes it line by line (the text is quadratic in a cell's trials): the same text
+    lines = list(dlperf_text_lines(result))
+    assert "".join(f"{line}\n" for line in lines) == text and lines[0] == text.splitlines()[0]
+
+
+def test_dlperf_text_of_an_empty_result_is_one_newline():
+    assert render_dlperf_text({"cells": []}) == "\n" and list(dlperf_text_lines({"cells": []})) == [""]
 
 
 def test_missing_baseline_rendered_as_na():

@@ -124,3 +124,26 @@ def test_login_redirect_only_for_a_browser_opening_a_page():
     assert login_redirect("GET", "*/*", "/auth/login", "http://h/dlperf/") is None  # curl, urllib
     assert login_redirect("POST", html, "/auth/login", "http://h/dlperf/") is None
     assert login_redirect("GET", html, "/auth/login?a=b", "http://h/d").startswith("/auth/login?a=b&next=")
+
+
+def test_authorize_runs_once_per_request_and_two_apps_keep_their_own_store(tmp_path):
+    """The routes reuse the app-level ``authorize`` answer (one call per request), and each app
+    serves its own store and viewer (the page modules' routers are shared between apps)."""
+    calls = []
+
+    def make(name: str):
+        store = Store.from_url(f"file://{tmp_path / name}")
+        synth.seed_store(store, synth.nightly_results(1, trials=1), str(tmp_path / f"{name}-runs"))
+
+        def authorize():
+            calls.append(name)
+            return Viewer(name=name, suites=frozenset(), other_suites=True)
+
+        return TestClient(create_app(lambda: store, authorize=authorize)), store
+
+    (ca, sa), (cb, sb) = make("a"), make("b")
+    for path in ("/healthz", "/api/runs", "/"):
+        assert ca.get(path).status_code == 200
+    assert calls == ["a", "a", "a"]
+    assert cb.get("/healthz").json() == {"ok": True, "user": "b"}
+    assert sa.url() in ca.get("/").text and sb.url() in cb.get("/").text and sa.url() not in cb.get("/").text
