@@ -13,11 +13,11 @@ Task graph (same for every DAG)::
          -> confirm_plan -> confirm_trigger (mapped: one follow-up run per regression finding)
     cleanup: a teardown that always runs (stops leftovers, cleans the nodes)
 
-Issue 17 (docs/decisions.md): a trial beyond a cell's minimum records itself "not needed" when
-the adaptive rule stopped its cell (engine trial step, dlperf_tasks/engine/dagdecisions.py); aggregate
+Issue 17 (docs/decisions.md): a trial beyond a cell's minimum records itself SKIPPED when the
+adaptive rule stopped its cell (the engine trial step calls the hooks of dlperf_tasks/engine/decisions.py); aggregate
 adds node health (and quarantines suspects when asked); a regression finding triggers this DAG
 again with conf ``{"confirm": plan}``, whose plan step plans the A/B trials
-(dlperf_tasks/engine/abdag.py) and whose publish step records the verdict instead of publishing.
+(dlperf_tasks/engine/abconfirm.py) and whose publish step records the verdict instead of publishing.
 
 Parsing does no network I/O and imports nothing heavy: the catalog YAMLs are read
 (local files) and every layer below is imported inside the tasks.
@@ -39,7 +39,7 @@ from dlperf_tasks.airflow import notifier
 from dlperf_tasks.airflow.operators import ConfirmTriggerOperator, TrialOperator
 from dlperf_tasks.airflow.lazy import lazy_module
 # the layers below run inside the tasks only: lazy modules keep them out of every DAG parse (issue 28.4)
-abdag, dagdecisions = lazy_module("dlperf_tasks.engine.abdag"), lazy_module("dlperf_tasks.engine.dagdecisions")
+abconfirm, decisions = lazy_module("dlperf_tasks.engine.abconfirm"), lazy_module("dlperf_tasks.engine.decisions")
 finish, setup = lazy_module("dlperf_tasks.engine.finish"), lazy_module("dlperf_tasks.engine.setup")
 staging = lazy_module("dlperf_tasks.engine.staging")
 
@@ -131,7 +131,7 @@ def _plan_confirm(name: str, suite_ids: list[str], conf: dict, cfg, dag_run_id: 
         params = params_mod.validate_conf(conf, suite_ids, cfg.policy)
     except params_mod.ParamsError as exc:
         raise tasks.NonRetriable(f"invalid run parameter {exc}") from None
-    return abdag.plan_confirm(name, suite_ids, params, cfg, group_run_id=dag_run_id)
+    return abconfirm.plan_confirm(name, suite_ids, params, cfg, group_run_id=dag_run_id)
 
 
 def _finish_confirm(plan: dict, cfg, context) -> None:
@@ -139,7 +139,7 @@ def _finish_confirm(plan: dict, cfg, context) -> None:
     (nothing is published: the A/B runs are evidence, not nightly results), then skip."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    doc = abdag.finish_confirm(plan, finish.open_store(cfg), dag_run_id=context["dag_run"].run_id,
+    doc = abconfirm.finish_confirm(plan, finish.open_store(cfg), dag_run_id=context["dag_run"].run_id,
                                send=notifier.findings_sender(context, cfg.notify_url or ""))
     line = f"{doc['finding']} of {doc['run_id']}: {doc['status']} - {doc.get('note', '')}"
     print(line)
@@ -153,7 +153,7 @@ def _confirm_confs(plan: dict, published: list, cfg) -> list[dict]:
     """The follow-up runs to trigger (never from a confirmation or dry run); a failing planner
     never fails the published run."""
     try:
-        return abdag.trigger_confs(plan, published or [], finish.open_store(cfg))
+        return abconfirm.trigger_confs(plan, published or [], finish.open_store(cfg))
     except Exception as exc:  # noqa: BLE001 - like the regression check: the run is published
         print(f"planning the A/B confirmations failed (nothing triggered): {type(exc).__name__}: {exc}")
         return []
@@ -219,7 +219,7 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
             staging.leave(out, cfg)  # plan.json to the run's staging area (no shared disk)
             staging.push_group_record(cfg, name, dag_run.run_id)
             context["ti"].xcom_push(key="plan", value={k: v for k, v in out.items() if k != "trials"})
-            first, more = dagdecisions.split_items(out, cfg)  # adaptive: a cell's trials beyond its minimum
+            first, more = decisions.split_items(out, cfg)  # adaptive: a cell's trials beyond its minimum
             context["ti"].xcom_push(key="more", value=more)
             if more:  # the plan's worst case is the fixed count
                 print(f"adaptive trials: {len(first)} to {len(first) + len(more)} trials (trial_more: "
@@ -240,8 +240,8 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
         def collect_task(plan: dict, results: list, more: list | None, prepared: dict) -> dict:
             """Which trials have a record in their run directory; which logs are missing."""
             results = list(results) + list(more or [])
-            # adaptive "not needed" trials are left out: not invalid, just not run (dagdecisions)
-            out = finish.collect_runs(staging.enter(plan, cfg), dagdecisions.drop_skipped(results))
+            # SKIPPED trials (adaptive: not needed) are left out: not invalid, just not run (decisions)
+            out = finish.collect_runs(staging.enter(plan, cfg), decisions.drop_skipped(results))
             out["commands"] = [c for r in results if r for c in r.get("commands", [])]
             return out
 
@@ -252,7 +252,7 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
             stragglers, index files) per run."""
             plan = staging.enter(plan, cfg)
             out = finish.aggregate_runs(plan, collected, cfg, source="dag", group_run_id=context["dag_run"].run_id)
-            for d in dagdecisions.after_aggregate(out, cfg):  # adaptive summary, node health, quarantine
+            for d in decisions.after_aggregate_runs(out, cfg):  # adaptive summary, node health, quarantine
                 print(f"{d['run_id']}: suspect nodes {d['suspects'] or 'none'}, quarantined {d['quarantined'] or 'none'}"
                       + (f", adaptive trials {d['adaptive']['trials_used']} of {d['adaptive']['trials_max']}"
                          if d["adaptive"] else ""))

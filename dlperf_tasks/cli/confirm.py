@@ -40,7 +40,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import tempfile
 
-    from dlperf_tasks.engine.abrun import run_ab
+    from dlperf_tasks.engine.abconfirm import run_ab
     from dlperf_tasks.catalog.loader import load_suite
     from dlperf_tasks.core.errors import DlperfError
     from dlperf_tasks.history import confirm as C

@@ -210,6 +210,9 @@ class TrialStatus(str, enum.Enum):
     TIMEOUT = "TIMEOUT"
     HANG = "HANG"
     NOT_RUN = "NOT_RUN"
+    #: not needed: the adaptive rule stopped its cell before this trial (docs/decisions.md); no
+    #: failure and no invalid trial, left out of the statistics
+    SKIPPED = "SKIPPED"
 
     @property
     def retriable(self) -> bool:

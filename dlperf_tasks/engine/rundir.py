@@ -148,6 +148,19 @@ class RunDir:
             return None
 
 
+def write_plan(rd: RunDir, plan_doc: Mapping[str, Any], *, params: Mapping[str, Any], dag: str | None,
+               dag_run_id: str | None, started_at: str, policy: str, cluster: str, dry_run: bool = False,
+               **extra: Any) -> dict[str, Any]:
+    """The ONE writer of a run dir's ``plan.json`` (the plan step, ``dlperf sweep``, an A/B
+    confirmation run): the plan (``Plan.to_dict``) with the run's params, scheduler group and run
+    id, start time, failure policy, cluster name and dry-run flag; ``extra`` adds a driver's own
+    keys (an A/B run's ``image`` / ``nodes`` / ``confirm``). Returns the document written."""
+    doc = {**plan_doc, "params": dict(params), "dag": dag, "dag_run_id": dag_run_id, "run_id": rd.run_id,
+           "started_at": started_at, "policy": policy, "dry_run": bool(dry_run), "cluster": cluster, **extra}
+    rd.write("plan.json", doc)
+    return doc
+
+
 def group_run_record(work_dir: str | os.PathLike, group: str, group_run_id: str) -> Path:
     """Where the run ids of one scheduled run of a group are remembered (a cleared, re-run
     scheduled run reuses its run dirs and only runs missing or invalid trials)."""

@@ -30,7 +30,7 @@ class Batch:
     poll_s: float = 0.25
     unreachable_grace_s: float = 8.0
     stop: threading.Event = field(default_factory=threading.Event)
-    decisions: object = None  # dlperf_tasks.engine.decisions.SweepDecisions: adaptive trials, quarantine (H8)
+    decisions: object = None  # dlperf_tasks.engine.decisions.Decisions: adaptive trials, quarantine (H8)
 
 
 def run_locally(todo: list[Trial], b: Batch) -> list[TrialResult]:
@@ -49,7 +49,7 @@ def run_locally(todo: list[Trial], b: Batch) -> list[TrialResult]:
         b.rd.save_trial(r)
         ran.append(r)
         if b.decisions is not None:  # adaptive trial count: the cell's next trial when still needed
-            queue += b.decisions.finished(r)[0]
+            queue += b.decisions.after_trial(r)[0]
     return ran
 
 
@@ -107,7 +107,7 @@ class _Loop:
 
     def decide(self, r: TrialResult) -> None:
         """Adaptive trial count: queue the cell's next trial if needed; quarantine suspect nodes."""
-        nxt, bad = self.dec.finished(r)
+        nxt, bad = self.dec.after_trial(r)
         for t in nxt:
             self.sched.requeue(Job.from_trial(t), front=False)
         for n in bad:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dlperf_tasks.engine.errors import NonRetriable, Retriable
-from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now_iso, read_json, write_json
+from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now_iso, read_json, write_json, write_plan
 from dlperf_tasks.core.errors import DlperfError, RemoteError
 from dlperf_tasks.remote.local import LOCAL_MAX_PROCS
 from dlperf_tasks.store.redact_facts import NODE_IDENTITY_FILE as IDENTITY_FILE
@@ -103,9 +103,8 @@ def plan_runs(group: str, suite_ids: list[str], params: Mapping[str, Any], setti
         rd = rd or RunDir.at(Path(settings.work_dir) / run_id, run_id)
         started_at = prev.get("started_at") or now_iso()
         doc = p.to_dict()
-        rd.write("plan.json", {**doc, "params": dict(params), "dag": group, "dag_run_id": group_run_id,
-                               "run_id": run_id, "started_at": started_at, "policy": policy, "dry_run": dry_run,
-                               "cluster": cluster_name})
+        write_plan(rd, doc, params=params, dag=group, dag_run_id=group_run_id, started_at=started_at,
+                   policy=policy, cluster=cluster_name, dry_run=dry_run)
         runs.append({"run_id": run_id, "run_dir": str(rd.path), "suite": suite_id, "framework": p.framework,
                      "image": p.image, "upstream_commit": p.upstream_commit, "started_at": started_at,
                      "window": doc["window"], "n_trials": len(p.trials), "summary": p.summary(),

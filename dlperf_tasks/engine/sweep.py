@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from dlperf_tasks.engine.outputs import aggregate, nccl_transports  # noqa: F401 (re-exported)
 from dlperf_tasks.engine.progress import Display
-from dlperf_tasks.engine.rundir import RunDir, now_iso
+from dlperf_tasks.engine.rundir import RunDir, now_iso, write_plan
 from dlperf_tasks.engine.schedule import Batch, run_locally, run_scheduled
 from dlperf_tasks.engine.setup import prepare_local, prepare_nodes
 from dlperf_tasks.core.errors import DlperfError, RemoteError
@@ -85,11 +85,9 @@ def start_run(suite, plan, out_dir, opts: SweepOptions, cluster_name: str) -> Ru
     """The run dir with its plan.json (run id kept on a re-run into the same directory)."""
     rd = RunDir.at(out_dir, opts.run_id, suite=suite.id)
     prev = rd.read("plan.json") or {}
-    rd.write("plan.json", {**plan.to_dict(), "run_id": rd.run_id, "dag": suite.dag, "dag_run_id": opts.dag_run_id,
-                           "started_at": prev.get("started_at") if prev.get("run_id") == rd.run_id and
-                           prev.get("started_at") else now_iso(), "policy": opts.policy,
-                           "params": {**plan.overrides.to_dict(), "policy": opts.policy},
-                           "cluster": cluster_name, "dry_run": False})
+    started = prev.get("started_at") if prev.get("run_id") == rd.run_id and prev.get("started_at") else now_iso()
+    write_plan(rd, plan.to_dict(), params={**plan.overrides.to_dict(), "policy": opts.policy}, dag=suite.dag,
+               dag_run_id=opts.dag_run_id, started_at=started, policy=opts.policy, cluster=cluster_name)
     return rd
 
 
@@ -121,8 +119,8 @@ def run_sweep(suite, plan, cluster: Cluster | None, out_dir: str | os.PathLike, 
         ran, skipped = _on_cluster(suite, plan, cluster, todo, batch, opts)
     # aggregate what the trial records say, as the per-trial tasks' path does (one record format)
     recorded = [rd.load_trial(r.trial) or r for r in reused + ran + skipped]
-    result = aggregate(rd, recorded, suite, "sweep", extra_meta=dec.summary(), settings=opts.settings)
-    dec.write(rd.path, result)
+    result = aggregate(rd, recorded, suite, "sweep", settings=opts.settings)
+    dec.after_aggregate(rd.path, result)  # node health, quarantine, the decision documents (as the DAG's aggregate)
     return SweepResult(result, rd.path, ran, reused, skipped)
 
 

@@ -39,7 +39,9 @@ from dlperf_tasks.engine.trialstate import release_leases
 from dlperf_tasks.remote.allocation import renew_all
 from dlperf_tasks.engine.progress import Display
 from dlperf_tasks.engine.staging import trials_done
-from dlperf_tasks.engine.dagdecisions import adaptive_skip
+from dlperf_tasks.engine.decisions import Decisions
+from dlperf_tasks.engine.storeaccess import open_store
+from dlperf_tasks.store.staging import TRIALS_DIR, Staging
 from dlperf_tasks.report.result_json import trial_record
 from dlperf_tasks.remote.trial import abort_trial
 
@@ -206,6 +208,16 @@ def display_for(item: Mapping[str, Any], log: Callable[[str], None] | None, sett
     return Display(log, planned, count_done=count)
 
 
+def before_trial(item: Mapping[str, Any], trial: Trial, suite, rd: RunDir, settings) -> TrialResult | None:
+    """The decisions' hook before a trial of a DAG run (:meth:`Decisions.before_trial`): its
+    SKIPPED record when the adaptive rule stopped its cell, else None. The cell's earlier records
+    come from the run's staging area first (no shared disk between the trial tasks)."""
+    def fetch(trials: list[Trial]) -> None:
+        Staging(open_store(settings), rd.run_id).pull(rd.path, only=[f"{TRIALS_DIR}/{t.key}.json" for t in trials])
+
+    return Decisions.from_run_dir(rd, suite).before_trial(trial, fetch=fetch)
+
+
 def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
                log: Callable[[str], None] | None = None, lease_ttl_s: float = FINISH_LEASE_TTL_S, display=None,
                pool=None, lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any]:
@@ -222,9 +234,9 @@ def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tr
     done = rd.reusable(trial)
     if done is not None:  # a re-run of the scheduled run: this trial already has a valid result
         return {"record": {**trial_record(done), "reused": True}}
-    if (skip := adaptive_skip(item, rd, settings)) is not None:  # issue 17: the cell's median is known
-        return {"record": skip}
     suite = load_suite(item["suite"], settings)
+    if (skip := before_trial(item, trial, suite, rd, settings)) is not None:  # issue 17: the cell's median is known
+        return {"record": trial_record(skip)}
     display = display or display_for(item, log, settings)
     if settings.is_local:
         return {"record": _record(item, rd, run_local(trial, suite, rd, display), display, try_number, max_tries)}

@@ -150,6 +150,19 @@ def _num_back(v: float | str | None) -> float | None:
     return None if v is None else float(v)
 
 
+#: how records written before status SKIPPED existed (2026-11) said "not needed": NOT_RUN with this reason
+_LEGACY_SKIP = "not needed (adaptive stop: "
+
+
+def _status(d: Mapping[str, Any]) -> tuple[TrialStatus, str]:
+    """A trial's status and reason; an old adaptive "not needed" record (NOT_RUN, reason
+    ``not needed (adaptive stop: WHY)``) reads as SKIPPED with reason WHY."""
+    status, reason = TrialStatus(d["status"]), str(d.get("reason", ""))
+    if status == TrialStatus.NOT_RUN and reason.startswith(_LEGACY_SKIP) and reason.endswith(")"):
+        return TrialStatus.SKIPPED, reason[len(_LEGACY_SKIP):-1]
+    return status, reason
+
+
 def trial_from_dict(cell: Cell, d: Mapping[str, Any]) -> TrialResult:
     """Rebuild a TrialResult from its result-JSON form (inverse of :func:`trial_to_dict`)."""
     m = d.get("metric")
@@ -162,8 +175,9 @@ def trial_from_dict(cell: Cell, d: Mapping[str, Any]) -> TrialResult:
     samples = [Sample(iteration=int(row[0]), value=_num_back(row[1]), unit=unit,
                       rank=int(row[2]) if len(row) > 2 and row[2] is not None else None)
                for row in d.get("samples", [])]
+    status, reason = _status(d)
     return TrialResult(
-        trial=Trial(cell, int(d["index"])), status=TrialStatus(d["status"]), reason=d.get("reason", ""),
+        trial=Trial(cell, int(d["index"])), status=status, reason=reason,
         metric=metric, samples=samples, log_paths=list(d.get("logs") or ([d["log"]] if d.get("log") else [])),
         nodes=list(d.get("node_names", [])), exit_codes=dict(d.get("exit_codes", {})),
         started_at=d.get("started_at"), finished_at=d.get("finished_at"))

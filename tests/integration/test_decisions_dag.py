@@ -5,7 +5,7 @@ by the stand-in trainer), a file store (its staging area hands records between t
 * a slow stand-in node (node3 at 80 %) is named by the aggregate step's node health, put into
   the service's quarantine state, and the next DAG run's trials lease around it;
 * adaptive trials (conf ``adaptive: true``): a low-noise cell stops after the minimum, the
-  trials beyond it record themselves "not needed" (not invalid) and the report says why;
+  trials beyond it record themselves SKIPPED (not needed, not invalid) and the report says why;
 * a planted image regression (image B 8 % slower, its own digest) is flagged after publish, the
   trigger step triggers this DAG with conf ``{"confirm": plan}``, and that run (A B A B on one
   pinned node) marks the finding confirmed in the flagged run's annotations.
@@ -126,7 +126,7 @@ def test_dag_adaptive_trials_stop_low_noise_cells(dag_env):
     assert ada["trials_max"] == 10 and ada["trials_used"] < 10, ada
     assert ada["saved_fraction"] >= 0.3, ada  # 0.3 % noise: every cell stops after 3 trials
     for c in res["cells"]:
-        assert c["n_invalid"] == 0 and c["n_valid"] >= 3, c  # "not needed" trials are no invalid trials
+        assert c["n_invalid"] == 0 and c["n_valid"] >= 3, c  # SKIPPED trials are no invalid trials
     by_cell = {c["cell_id"]: c for c in ada["cells"]}
     for c in res["cells"]:
         d = by_cell[c["cell_id"]]
@@ -135,8 +135,11 @@ def test_dag_adaptive_trials_stop_low_noise_cells(dag_env):
             assert d["trials_used"] < 5 and "median CI width" in d["reason"]
     run_dir = Path(cfg.work_dir, res["run"]["run_id"])
     skipped = [json.loads(p.read_text())["trial"] for p in (run_dir / "trials").glob("*.json")]
-    skipped = [t for t in skipped if t["status"] == "NOT_RUN"]
-    assert len(skipped) == ada["saved"] and all(t["reason"].startswith("not needed (adaptive stop: ") for t in skipped)
+    assert not [t for t in skipped if t["status"] == "NOT_RUN"]
+    skipped = [t for t in skipped if t["status"] == "SKIPPED"]
+    assert len(skipped) == ada["saved"] and all(t["reason"] for t in skipped)
+    for t in skipped:  # the reason the cell stopped
+        assert t["reason"] == by_cell[t["trial_id"].rsplit("/", 1)[0]]["reason"], (t, by_cell)
     report = (run_dir / "report.md").read_text()
     assert "## Adaptive trials" in report and f"Trials used: {ada['trials_used']} of 10" in report
     print(f"adaptive DAG run: {ada['trials_used']} of 10 trials ({ada['saved_fraction'] * 100:.0f} % saved)")

@@ -24,7 +24,7 @@ def _trials(n_trials=5):
     return [Trial(c, i) for c in cells for i in range(1, n_trials + 1)]
 
 
-def drive(dec: D.SweepDecisions, speed, seed=1):
+def drive(dec: D.Decisions, speed, seed=1):
     """The engine loop in miniature: returns [(trial, nodes)] in start order."""
     rng = random.Random(seed)
     sched = Scheduler([Job.from_trial(t) for t in dec.initial()], NODES)
@@ -44,7 +44,7 @@ def drive(dec: D.SweepDecisions, speed, seed=1):
         v = speed(t, a.nodes[0]) * rng.gauss(1.0, 0.002)
         r = TrialResult(t, TrialStatus.OK, metric=TrialMetric(v, MetricKind.THROUGHPUT), nodes=list(a.nodes),
                         exit_codes={n: 0 for n in a.nodes})
-        nxt, bad = dec.finished(r)
+        nxt, bad = dec.after_trial(r)
         for x in nxt:
             sched.requeue(Job.from_trial(x), front=False)
         for n in bad:
@@ -54,46 +54,46 @@ def drive(dec: D.SweepDecisions, speed, seed=1):
 
 def test_adaptive_saves_trials_on_low_noise_cells(tmp_path):
     trials = _trials()
-    dec = D.SweepDecisions(trials, adaptive=AdaptivePolicy(), nodes=NODES)
+    dec = D.Decisions(trials, adaptive=AdaptivePolicy(), nodes=NODES)
     started = drive(dec, lambda t, node: 1000.0)
     s = dec.summary()["adaptive"]
     assert len(started) == s["trials_used"] == 12 and s["trials_max"] == 20  # 3 of 5 per cell
     assert s["saved_fraction"] == 0.4 and {c["stopped"] for c in s["cells"]} == {"converged"}
     assert len(dec.not_run()) == 8
     (tmp_path / "report.md").write_text("# r\n\n## Cells\n")
-    dec.write(tmp_path)
+    dec.after_aggregate(tmp_path)
     assert json.loads((tmp_path / D.ADAPTIVE_FILE).read_text())["trials_used"] == 12
     assert "## Adaptive trials" in (tmp_path / "report.md").read_text()
 
 
 def test_noisy_cells_run_to_the_maximum():
-    dec = D.SweepDecisions(_trials(), adaptive=AdaptivePolicy(rel_width=0.001), nodes=NODES)
+    dec = D.Decisions(_trials(), adaptive=AdaptivePolicy(rel_width=0.001), nodes=NODES)
     assert len(drive(dec, lambda t, node: 1000.0)) == 20
 
 
 def test_slow_node_named_quarantined_and_kept_out_until_cleared(tmp_path):
     work = tmp_path / "work"
     slow = lambda t, node: 800.0 if node == "node3" else 1000.0  # noqa: E731
-    dec = D.SweepDecisions(_trials(), health=HealthConfig(quarantine=True), work_dir=work, run_id="r1", nodes=NODES)
+    dec = D.Decisions(_trials(), health=HealthConfig(quarantine=True), work_dir=work, run_id="r1", nodes=NODES)
     started = drive(dec, slow)
     on3 = [t for t, nodes in started if "node3" in nodes]
     assert "node3" in dec.quarantined and 2 <= len(on3) <= 3  # named after 2 slow trials, then avoided
     last3 = max(i for i, (_, nodes) in enumerate(started) if "node3" in nodes)
     assert any("node3" not in n for _, n in started[last3 + 1:])  # the sweep went on without it
-    doc = dec.write(tmp_path)["node_health"]
+    doc = dec.after_aggregate(tmp_path)["node_health"]
     assert doc["suspects"] == ["node3"] and doc["quarantined"] == ["node3"]
     assert "slower than its peers" in doc["nodes"][0]["evidence"][0]
     assert "node3" in Quarantine(work).nodes()
     # the next sweep (service): node3 excluded from the start
-    dec2 = D.SweepDecisions(_trials(1), health=HealthConfig(quarantine=True), work_dir=work, nodes=NODES)
+    dec2 = D.Decisions(_trials(1), health=HealthConfig(quarantine=True), work_dir=work, nodes=NODES)
     assert "dlperf cluster clear node3" in dec2.excluded()["node3"]
     assert all("node3" not in n for _, n in drive(dec2, slow))
     Quarantine(work).clear("node3")
-    assert D.SweepDecisions(_trials(1), health=HealthConfig(quarantine=True), work_dir=work).excluded() == {}
+    assert D.Decisions(_trials(1), health=HealthConfig(quarantine=True), work_dir=work).excluded() == {}
 
 
 def test_without_quarantine_the_node_is_only_named():
-    dec = D.SweepDecisions(_trials(), nodes=NODES)
+    dec = D.Decisions(_trials(), nodes=NODES)
     started = drive(dec, lambda t, node: 800.0 if node == "node3" else 1000.0)
     assert dec.quarantined == {} and dec.summary()["node_health"]["suspects"] == ["node3"]
     assert len(started) == 20

@@ -1,19 +1,24 @@
-"""A/B confirmation as a follow-up DAG run of the suite's own DAG (issue 17.1, DAG path).
+"""A/B confirmation of a regression finding (issue 17.1), for both drivers.
 
-The flagged run's DAG run ends with a trigger step: :func:`trigger_confs` turns each new
-throughput/scaling finding of the runs it published into ``{"confirm": ConfirmPlan}`` (the
-planner of :mod:`dlperf_tasks.history.confirm`, the same plan ``dlperf confirm --plan-only``
-prints). The triggered run goes through the engine's usual steps with a different plan:
+The finding's plan (:class:`dlperf_tasks.history.confirm.ConfirmPlan`, the same plan
+``dlperf confirm --plan-only`` prints) runs image A (the previous good run's, by digest) and
+image B (the flagged run's) round by round, A B A B, on the SAME nodes, each with the finding's
+cells and one trial per round; :func:`dlperf_tasks.history.confirm.judge` gives the verdict
+(``confirmed`` with the effect and its CI, or ``not_reproduced``), recorded in the flagged run's
+``confirmations`` annotation. Two drivers, one module:
 
-* :func:`plan_confirm` (plan step): two runs of the suite, A (the previous good run's image, by
-  digest) and B (the flagged run's), each with the finding's cells and one trial per round; the
-  trial items are interleaved A B A B (round by round) and every item carries its run's image;
-  both runs pin the same nodes (plan.json ``nodes``; the trial step's lease allocation takes only
-  those, :func:`dlperf_tasks.engine.placement.usable_nodes`). Adaptive trials are off.
-* prepare, trials, collect, aggregate: unchanged (each run dir gets its own result.json).
-* :func:`finish_confirm` (instead of publishing): the per-round values of A and B, the A/B env
-  diff, :func:`dlperf_tasks.history.confirm.judge`, and the verdict (``confirmed`` with the effect
-  and its CI, or ``not_reproduced``) recorded in the flagged run's ``confirmations`` annotation.
+* ``dlperf confirm`` (:func:`run_ab`): each step is a one-trial-per-cell sweep
+  (:func:`dlperf_tasks.engine.sweep.run_sweep` with ``SweepOptions(image=..., nodes=...)``), its
+  own run dir under ``out_root`` (``r<round>-<A|B>``); the first round's nodes are kept for every
+  later round.
+* a follow-up DAG run of the suite's own DAG: the flagged run's DAG run ends with a trigger
+  step; :func:`trigger_confs` turns each new throughput/scaling finding of the runs it published
+  into ``{"confirm": ConfirmPlan}``. The triggered run goes through the engine's usual steps with
+  a different plan: :func:`plan_confirm` (plan step: two runs of the suite, A and B, trial items
+  interleaved A B A B, every item carrying its run's image, both runs pinning the same nodes:
+  plan.json ``nodes``, honoured by :func:`dlperf_tasks.engine.placement.usable_nodes`; adaptive
+  trials off); prepare, trials, collect, aggregate unchanged; :func:`finish_confirm` instead of
+  publishing (values and env diff from the A/B run dirs, the verdict recorded).
 
 Loops cannot happen: a confirmation run publishes nothing, runs no regression check and its
 trigger step plans nothing; a finding that already has a verdict is not planned again, and the
@@ -23,24 +28,25 @@ not start a second run). No Airflow import here (the DAG factory wires the steps
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
+import os
 import re
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from dlperf_tasks.history import confirm as C
-from dlperf_tasks.engine.abrun import resolve_ref
+from dlperf_tasks.catalog.plan import plan as make_plan
 from dlperf_tasks.catalog.validate import check_image_ref
-from dlperf_tasks.store.quarantine import Quarantine
-from dlperf_tasks.engine.rundir import group_run_record, new_run_id, now_iso, read_json, write_json
-from dlperf_tasks.engine.abrun import plan_for
-from dlperf_tasks.engine.errors import NonRetriable
-from dlperf_tasks.engine.rundir import RunDir
-from dlperf_tasks.engine.setup import load_cluster, load_suite
 from dlperf_tasks.core.errors import DlperfError
-from dlperf_tasks.engine.abrun import env_of
+from dlperf_tasks.engine.errors import NonRetriable
+from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now_iso, read_json, write_json, write_plan
+from dlperf_tasks.engine.setup import load_cluster, load_suite
+from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
+from dlperf_tasks.history import confirm as C
+from dlperf_tasks.history.cellspec import parse_cell_id
+from dlperf_tasks.store.quarantine import Quarantine
 
 log = logging.getLogger("dlperf.confirm")
 ROUNDS = 4
@@ -48,6 +54,79 @@ MAX_TRIGGERS = 3  # follow-up runs per flagged DAG run (each queues behind the D
 KINDS = ("throughput", "scaling")
 
 
+# ---- the sweep driver (dlperf confirm) ----------------------------------------------------------
+def plan_for(suite, cells: list[str], trials: int = 1):
+    """The suite's plan reduced to ``cells``, ``trials`` trials each (one per A/B round)."""
+    topos = sorted({parse_cell_id(c).topology for c in cells})
+    p = make_plan(suite, {"topologies": ",".join(topos), "trials": trials})
+    missing = [c for c in cells if c not in {x.id for x in p.cells}]
+    if missing:
+        raise DlperfError(f"suite {suite.id} has no cell(s) {', '.join(missing)} (the finding's suite changed?)")
+    keep = set(cells)
+    return dataclasses.replace(p, cells=[c for c in p.cells if c.id in keep],
+                               trials=[t for t in p.trials if t.trial.cell.id in keep])
+
+
+def resolve_ref(ref: str, cluster) -> str:
+    """An image reference as the store keeps it, made pullable: published runs have addresses and
+    host names redacted (``<ip-1>:5000/nvidia/x@sha256:..``); a redacted registry part is replaced
+    by the cluster's own registry (inventory ``registry.server``), the digest keeps it exact."""
+    head, sep, rest = ref.partition("/")
+    if not (sep and head.startswith("<") and ">" in head):
+        return ref
+    server = getattr(getattr(cluster, "registry", None), "server", None)
+    if not server:
+        raise DlperfError(f"image {ref} has a redacted registry and the cluster names none; "
+                          "give the images with --image-a/--image-b")
+    return f"{server}/{rest}"
+
+
+def env_of(result: dict[str, Any]) -> dict[str, Any]:
+    run = result.get("run") or {}
+    out = {k: run.get(k) for k in ("image", "image_digest") if run.get(k) is not None}
+    for k, v in (run.get("env") or {}).items():
+        if not isinstance(v, (dict, list)):
+            out[k] = v
+        elif k == "nccl_transport" and v:
+            out["transport"] = ",".join(sorted({str(x.get("network")) for x in v.values()
+                                                 if isinstance(x, dict) and x.get("network")})) or None
+    return out
+
+
+def run_ab(plan: C.ConfirmPlan, suite, cluster, out_root: str | os.PathLike, *, nodes: list[str] | None = None,
+           progress: Callable[[str], None] | None = None, capture_env: bool = True,
+           sweep: Callable[..., Any] | None = None) -> tuple[dict[str, dict[str, list]], dict, dict]:
+    """Execute ``plan`` (A B A B ...). Returns ``(values, env_a, env_b)`` with
+    ``values[variant][cell_id] = [value or None per round]``."""
+    sweep = sweep or run_sweep
+    plan.image_a, plan.image_b = resolve_ref(plan.image_a, cluster), resolve_ref(plan.image_b, cluster)
+    p = plan_for(suite, plan.cells)
+    values: dict[str, dict[str, list]] = {"A": {c: [] for c in plan.cells}, "B": {c: [] for c in plan.cells}}
+    envs: dict[str, dict] = {}
+    held = list(nodes or plan.nodes or []) or None
+    if held:
+        plan.nodes = list(held)
+    root = Path(out_root)
+    for rnd in range(1, plan.rounds + 1):
+        for variant, image in (("A", plan.image_a), ("B", plan.image_b)):
+            opts = SweepOptions(image=image, nodes=held, progress=None, capture_env=capture_env, retries=1,
+                                run_id=f"confirm-{plan.run_id[:60]}-r{rnd}{variant}".replace("/", "-"))
+            res = sweep(suite, p, cluster, root / f"r{rnd}-{variant}", opts)
+            used = sorted({n for r in res.ran for n in r.nodes})
+            if held is None and used:
+                held = used  # every later step runs on the nodes the first one got
+                plan.nodes = used
+            got = {r.trial.cell.id: (r.metric.value if r.valid else None) for r in res.all}
+            for c in plan.cells:
+                values[variant][c].append(got.get(c))
+            envs.setdefault(variant, env_of(res.result))
+            if progress:
+                progress(f"confirm round {rnd} {variant} ({image}): "
+                         + ", ".join(f"{c.rsplit('/', 1)[-1]}={got.get(c)}" for c in plan.cells))
+    return values, envs.get("A", {}), envs.get("B", {})
+
+
+# ---- the DAG driver -----------------------------------------------------------------------------
 def trigger_run_id(flagged_run_id: str, finding: str) -> str:
     """The follow-up DAG run's id: stable per (flagged run, finding), Airflow-safe characters."""
     h = hashlib.sha1(f"{flagged_run_id}\0{finding}".encode()).hexdigest()[:8]
@@ -137,11 +216,9 @@ def plan_confirm(group: str, suite_ids: list[str], params: Mapping[str, Any], se
     for v, image in (("A", plan.image_a), ("B", plan.image_b)):
         run_id = ids[v]["run_id"]
         rd = RunDir.at(Path(settings.work_dir) / run_id, run_id)
-        rd.write("plan.json", {**doc, "image": image, "params": {**dict(params), "adaptive": False},
-                               "dag": group, "dag_run_id": group_run_id, "run_id": run_id,
-                               "started_at": ids[v]["started_at"], "policy": "continue", "dry_run": False,
-                               "cluster": cluster_name, "nodes": plan.nodes,
-                               "confirm": {"variant": v, "finding": plan.finding, "flagged_run": plan.run_id}})
+        write_plan(rd, doc, params={**dict(params), "adaptive": False}, dag=group, dag_run_id=group_run_id,
+                   started_at=ids[v]["started_at"], policy="continue", cluster=cluster_name, image=image,
+                   nodes=plan.nodes, confirm={"variant": v, "finding": plan.finding, "flagged_run": plan.run_id})
         runs.append({"run_id": run_id, "run_dir": str(rd.path), "suite": suite.id, "framework": p.framework,
                      "image": image, "upstream_commit": p.upstream_commit, "started_at": ids[v]["started_at"],
                      "window": doc["window"], "n_trials": len(p.trials),
