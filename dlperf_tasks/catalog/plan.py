@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from dlperf_tasks.catalog.model import Suite
-from dlperf_tasks.core.errors import PlanError
+from dlperf_tasks.core.errors import PlanError, PlanTooLargeError
 from dlperf_tasks.core.model import Cell, Trial, Window
 from dlperf_tasks.core.topology import Topology
 from dlperf_tasks import frameworks
@@ -373,7 +373,7 @@ def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None,
     sizes = (f"batch_sizes {len(bzs)} x precisions {len(precisions)} x xla {len(xla_values)} x topologies "
              f"{len(topologies)} x trials {trials_n}")
     if upper > MAX_PLAN_TRIALS or upper * trials_n > 10 * max(max_trials, MAX_PLAN_TRIALS):
-        raise PlanError(f"plan too large: up to {upper * trials_n} trials ({sizes}); at most {max_trials}: "
+        raise PlanTooLargeError(f"plan too large: up to {upper * trials_n} trials ({sizes}); at most {max_trials}: "
                         f"choose fewer batch_sizes, topologies or trials")
 
     cells: list[Cell] = []
@@ -422,7 +422,7 @@ def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None,
     if not cells:
         raise PlanError(f"suite {suite.id}: the overrides select no cell (every combination is excluded)")
     if len(cells) * trials_n > max_trials:
-        raise PlanError(f"plan too large: {len(cells) * trials_n} trials ({len(cells)} cells from {sizes}); at most "
+        raise PlanTooLargeError(f"plan too large: {len(cells) * trials_n} trials ({len(cells)} cells from {sizes}); at most "
                         f"{max_trials}: choose fewer batch_sizes, topologies or trials")
 
     trials = []

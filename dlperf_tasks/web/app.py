@@ -37,7 +37,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.core.errors import DlperfError, InvalidRunIdError, NotFoundError
 from dlperf_tasks.web.access import Viewer
 from dlperf_tasks.engine.decisions import summary_lines
 from dlperf_tasks.history import links
@@ -118,9 +118,8 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
         return HTMLResponse(html)
 
     def fail(exc: Exception) -> HTTPException:
-        text = str(exc)
-        code = 404 if ("not found" in text or "does not exist" in text or "invalid run id" in text) else 502
-        return HTTPException(status_code=code, detail=text)
+        code = 404 if isinstance(exc, (NotFoundError, InvalidRunIdError)) else 502
+        return HTTPException(status_code=code, detail=str(exc))
 
     def suite_of(run_id: str, viewer: Viewer) -> str:
         """The run's suite; 403 unless the viewer may read it (before any object is read)."""
