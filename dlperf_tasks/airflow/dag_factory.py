@@ -41,7 +41,7 @@ from dlperf_tasks.airflow.lazy import lazy_module
 # the layers below run inside the tasks only: lazy modules keep them out of every DAG parse (issue 28.4)
 abconfirm, decisions = lazy_module("dlperf_tasks.engine.abconfirm"), lazy_module("dlperf_tasks.engine.decisions")
 finish, setup = lazy_module("dlperf_tasks.engine.finish"), lazy_module("dlperf_tasks.engine.setup")
-staging = lazy_module("dlperf_tasks.engine.staging")
+staging, runset = lazy_module("dlperf_tasks.engine.staging"), lazy_module("dlperf_tasks.engine.runset")
 
 START = _dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc)
 DAG_PREFIX = "dlperf_"
@@ -125,16 +125,16 @@ def _run_note(published: list, summaries: list) -> str:
                     airflow_conf.get("api", "base_url", fallback=""))
 
 
-def _plan_confirm(name: str, suite_ids: list[str], conf: dict, cfg, dag_run_id: str) -> dict[str, Any]:
+def _plan_confirm(name: str, suite_ids: list[str], conf: dict, cfg, dag_run_id: str):
     """The plan step of a confirmation run (conf ``{"confirm": ...}``): the form's checks, then the A/B plan."""
     try:
         params = params_mod.validate_conf(conf, suite_ids, cfg.policy)
     except params_mod.ParamsError as exc:
         raise tasks.NonRetriable(f"invalid run parameter {exc}") from None
-    return abconfirm.plan_confirm(name, suite_ids, params, cfg, group_run_id=dag_run_id)
+    return runset.RunSet.from_dict(abconfirm.plan_confirm(name, suite_ids, params, cfg, group_run_id=dag_run_id))
 
 
-def _finish_confirm(plan: dict, cfg, context) -> None:
+def _finish_confirm(plan: dict, cfg, context) -> None:  # plan: the (rebased) run set's dict form
     """The publish step of a confirmation run: judge A/B, record the verdict on the flagged run
     (nothing is published: the A/B runs are evidence, not nightly results), then skip."""
     from airflow.sdk.exceptions import AirflowSkipException
@@ -212,14 +212,15 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
             except Exception as exc:
                 tasks.set_note(context, f"plan failed: {exc}")
                 raise
-            for run in out["runs"]:
-                print(run["summary"])
-            if out["dry_run"]:
+            for run in out.runs:
+                print(run.summary)
+            if out.dry_run:
                 tasks.set_note(context, "dry run: nothing will be published; the trial tasks log the commands")
             staging.leave(out, cfg)  # plan.json to the run's staging area (no shared disk)
             staging.push_group_record(cfg, name, dag_run.run_id)
-            context["ti"].xcom_push(key="plan", value={k: v for k, v in out.items() if k != "trials"})
-            first, more = decisions.split_items(out, cfg)  # adaptive: a cell's trials beyond its minimum
+            # XCom carries dicts: the run set without its items (each trial task gets its own item)
+            context["ti"].xcom_push(key="plan", value=out.to_dict(trials=False))
+            first, more = decisions.split_items(out.to_dict(), cfg)  # adaptive: a cell's trials beyond its minimum
             context["ti"].xcom_push(key="more", value=more)
             if more:  # the plan's worst case is the fixed count
                 print(f"adaptive trials: {len(first)} to {len(first) + len(more)} trials (trial_more: "
@@ -230,9 +231,9 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
         @_guard
         def prepare_task(plan: dict) -> dict:
             """Registry login, image pull and environment capture on the nodes."""
-            plan = staging.enter(plan, cfg)
-            out = setup.prepare(plan, cfg)
-            staging.leave(plan, cfg)  # node facts, env capture
+            run_set = staging.enter(runset.RunSet.from_dict(plan), cfg)
+            out = setup.prepare(run_set, cfg)
+            staging.leave(run_set, cfg)  # node facts, env capture
             return out
 
         @task(task_id="collect", trigger_rule="none_failed")  # trial_more maps nothing without adaptive
@@ -241,7 +242,8 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
             """Which trials have a record in their run directory; which logs are missing."""
             results = list(results) + list(more or [])
             # SKIPPED trials (adaptive: not needed) are left out: not invalid, just not run (decisions)
-            out = finish.collect_runs(staging.enter(plan, cfg), decisions.drop_skipped(results))
+            out = finish.collect_runs(staging.enter(runset.RunSet.from_dict(plan), cfg),
+                                      decisions.drop_skipped(results))
             out["commands"] = [c for r in results if r for c in r.get("commands", [])]
             return out
 
@@ -250,13 +252,13 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
         def aggregate_task(plan: dict, collected: dict, prepared: dict, **context) -> list:
             """Cell statistics and every output (result.json, report.md, plots, NCCL transports,
             stragglers, index files) per run."""
-            plan = staging.enter(plan, cfg)
-            out = finish.aggregate_runs(plan, collected, cfg, source="dag", group_run_id=context["dag_run"].run_id)
+            run_set = staging.enter(runset.RunSet.from_dict(plan), cfg)
+            out = finish.aggregate_runs(run_set, collected, cfg, source="dag", group_run_id=context["dag_run"].run_id)
             for d in decisions.after_aggregate_runs(out, cfg):  # adaptive summary, node health, quarantine
                 print(f"{d['run_id']}: suspect nodes {d['suspects'] or 'none'}, quarantined {d['quarantined'] or 'none'}"
                       + (f", adaptive trials {d['adaptive']['trials_used']} of {d['adaptive']['trials_max']}"
                          if d["adaptive"] else ""))
-            staging.leave(plan, cfg)
+            staging.leave(run_set, cfg)
             return out
 
         @task(task_id="report")
@@ -277,18 +279,18 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
         @_guard
         def publish_task(plan: dict, summaries: list, collected: dict, **context) -> list:
             """Copy each run to the store (manifest last) and record an asset event."""
-            plan = staging.enter(plan, cfg)  # publish redacts this worker's copy of the staged run
+            run_set = staging.enter(runset.RunSet.from_dict(plan), cfg)  # publish redacts this worker's copy
             summaries = [staging.rebase_item(s, cfg.work_dir) for s in summaries]
-            if plan.get("confirm"):
-                _finish_confirm(plan, cfg, context)
-            published = finish.publish(plan, summaries, cfg, group=name,
+            if run_set.confirm:
+                _finish_confirm(run_set.to_dict(), cfg, context)
+            published = finish.publish(run_set, summaries, cfg, group=name,
                                        dry_run_commands=collected.get("commands") or [],
                                        notify=notifier.findings_sender(context, cfg.notify_url or ""))
             events = context.get("outlet_events")
             if events is not None and published:
                 events[asset].extra = {"runs": [p["run_id"] for p in published],
                                        "locations": [p["location"] for p in published]}
-            if plan.get("dry_run"):
+            if run_set.dry_run:
                 from airflow.sdk.exceptions import AirflowSkipException
 
                 raise AirflowSkipException("dry run: nothing published (no asset event)")
@@ -302,7 +304,7 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
         def cleanup_task(**context) -> dict:
             """Always runs: stop leftovers, clean the nodes, release leases (nothing if planning failed)."""
             plan = context["ti"].xcom_pull(task_ids="plan", key="plan")
-            return finish.cleanup(staging.rebase_run_set(plan, cfg.work_dir), cfg)
+            return finish.cleanup(runset.RunSet.from_dict(plan).rebased(cfg.work_dir) if plan else None, cfg)
 
         @task(task_id="adaptive_more")
         def more_items(items: list) -> list:

@@ -16,7 +16,7 @@ import copy
 import re
 from typing import Any, Iterable, Mapping
 
-from dlperf_tasks.core.errors import PlanError
+from dlperf_tasks.core.errors import PlanError, PlanTooLargeError
 
 # at most 9999 nodes and 99 GPUs per node: "99999999999n8g" (it fit maxLength 16) used to plan for GBs
 TOPOLOGY_PATTERN = r"^[1-9][0-9]{0,3}n[1-9][0-9]?g$"
@@ -258,7 +258,7 @@ def check_map_length(params: Mapping[str, Any], suite_ids: Iterable[str], limit:
         try:
             counts[suite_id] = len(plan(load_suite(suite_id), Overrides.from_dict(ov), max_trials=limit).trials)
         except DlperfError as exc:
-            if "plan too large" in str(exc):
+            if isinstance(exc, PlanTooLargeError):
                 raise ParamsError(f"batch_sizes/precisions/xla/topologies/trials: suite {suite_id}: {exc} "
                                   f"([core] max_map_length = {limit})") from None
             continue

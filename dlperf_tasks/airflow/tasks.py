@@ -3,7 +3,8 @@
 Only what needs Airflow lives here: the conf is validated with the form's rules
 (:mod:`.params`), registry credentials may come from an Airflow connection, and the note of
 the DAG run carries the plan's errors and a dry run's commands. Everything heavy is imported
-inside the functions, so DAG parsing stays fast.
+inside the functions, so DAG parsing stays fast. A trial item arrives from XCom as a dict and
+is read here (``TrialItem.from_dict``); the engine takes the typed item.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def ssh_connection(conn_id: str) -> dict[str, Any] | None:
 
 
 def plan_run(dag_name: str, suite_ids: list[str], conf: Mapping[str, Any] | None, settings,
-             dag_run_id: str | None = None) -> dict[str, Any]:
-    """Validate the conf (unknown fields, bad values), then the engine's plan step."""
+             dag_run_id: str | None = None):
+    """Validate the conf (unknown fields, bad values), then the engine's plan step: the
+    :class:`~dlperf_tasks.engine.runset.RunSet` (the caller puts its ``to_dict()`` on XCom)."""
     from dlperf_tasks.airflow.params import ParamsError, validate_conf
     from dlperf_tasks.engine.setup import plan_runs
 
@@ -67,8 +69,9 @@ def run_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tri
     record, logs and telemetry pushed to the staging area after (no shared disk)."""
     from dlperf_tasks.engine.trials import run_item
     from dlperf_tasks.engine import staging
+    from dlperf_tasks.engine.runset import TrialItem
 
-    local = staging.enter_trial(item, settings)
+    local = staging.enter_trial(TrialItem.from_dict(item), settings)
     try:
         return run_item(local, settings, try_number=try_number, max_tries=max_tries, log=log)
     finally:
@@ -89,8 +92,9 @@ def start_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_t
     nodes were free within ``lease_wait_s`` (nothing recorded: the task waits deferred, calls again)."""
     from dlperf_tasks.engine.trials import start_item
     from dlperf_tasks.engine import staging
+    from dlperf_tasks.engine.runset import TrialItem
 
-    local = staging.enter_trial(item, settings)
+    local = staging.enter_trial(TrialItem.from_dict(item), settings)
     done = True
     try:
         got = start_item(local, settings, try_number=try_number, max_tries=max_tries, log=log,
@@ -109,8 +113,9 @@ def resume_trial(item: Mapping[str, Any], settings, state: Mapping[str, Any], ve
     its own run dir, gated, recorded, pushed to staging; leases released."""
     from dlperf_tasks.engine.trials import finish_item
     from dlperf_tasks.engine import staging
+    from dlperf_tasks.engine.runset import TrialItem
 
-    local = staging.enter_trial(item, settings)
+    local = staging.enter_trial(TrialItem.from_dict(item), settings)
     try:
         return finish_item(local, settings, state, verdict, try_number=try_number, max_tries=max_tries, log=log)
     finally:
@@ -118,9 +123,10 @@ def resume_trial(item: Mapping[str, Any], settings, state: Mapping[str, Any], ve
 
 
 def stop_trial(item: Mapping[str, Any], settings) -> None:
+    from dlperf_tasks.engine.runset import TrialItem
     from dlperf_tasks.engine.trials import stop_trial as stop
 
-    stop(item, settings)
+    stop(TrialItem.from_dict(item), settings)
 
 
 def set_note(context, text: str) -> None:

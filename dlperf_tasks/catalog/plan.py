@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.catalog.overrides import (MAX_PLAN_TRIALS, PRECISIONS, Overrides, bounded_int, check_topology_size,
                                             parse_xla, short)
-from dlperf_tasks.core.errors import PlanError
+from dlperf_tasks.core.errors import PlanError, PlanTooLargeError
 from dlperf_tasks.core.model import Cell, Trial, Window
 from dlperf_tasks.core.topology import Topology
 from dlperf_tasks import frameworks
@@ -228,7 +228,7 @@ def _check_upper_bound(suite: Suite, ov: Overrides, ax: _Axes, max_trials: int) 
     sizes = (f"batch_sizes {len(bzs)} x precisions {len(ax.precisions)} x xla {len(ax.xla)} x topologies "
              f"{len(ax.topologies)} x trials {ax.trials}")
     if upper > MAX_PLAN_TRIALS or upper * ax.trials > 10 * max(max_trials, MAX_PLAN_TRIALS):
-        raise PlanError(f"plan too large: up to {upper * ax.trials} trials ({sizes}); at most {max_trials}: "
+        raise PlanTooLargeError(f"plan too large: up to {upper * ax.trials} trials ({sizes}); at most {max_trials}: "
                         f"choose fewer batch_sizes, topologies or trials")
     return sizes
 
@@ -313,7 +313,7 @@ def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None,
     if not cells:
         raise PlanError(f"suite {suite.id}: the overrides select no cell (every combination is excluded)")
     if len(cells) * ax.trials > max_trials:
-        raise PlanError(f"plan too large: {len(cells) * ax.trials} trials ({len(cells)} cells from {sizes}); "
+        raise PlanTooLargeError(f"plan too large: {len(cells) * ax.trials} trials ({len(cells)} cells from {sizes}); "
                         f"at most {max_trials}: choose fewer batch_sizes, topologies or trials")
     return Plan(
         suite=suite.id, framework=suite.framework, dag=suite.dag, model=suite.model, image=image,

@@ -1,7 +1,9 @@
 """Exception hierarchy shared by every layer.
 
 Every error names what was wrong (file, key, field, node) in its message so the
-CLI and Airflow task logs can show it verbatim.
+CLI and Airflow task logs can show it verbatim. Code that must tell failures apart
+branches on the error's class (its kind), never on its message text: the class is
+chosen where the condition is known (e.g. :class:`NotFoundError` vs other store errors).
 """
 
 
@@ -17,6 +19,10 @@ class PlanError(DlperfError):
     """Overrides or params do not fit the suite (unknown topology, bad batch size...)."""
 
 
+class PlanTooLargeError(PlanError):
+    """The overrides select more trials than one plan may hold."""
+
+
 class LogParseError(DlperfError):
     """A log cannot be read at all (not: a log that is merely invalid/truncated)."""
 
@@ -27,6 +33,16 @@ class ExtractError(DlperfError):
 
 class StoreError(DlperfError):
     """Object store unreachable, bucket missing, checksum mismatch..."""
+
+
+class NotFoundError(StoreError):
+    """What a reader asked the store for is not there: no run with that id, a run without its
+    manifest, a missing bucket (the results page answers 404; other store errors are 502).
+    Not to be confused with ``store.backends.NotFound``, one missing key inside a backend."""
+
+
+class InvalidRunIdError(StoreError):
+    """A run id that cannot name any run (not one path-safe component): the results page answers 404."""
 
 
 class RemoteError(DlperfError):

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.outputs import aggregate, cell_rows, collect, result_table
 from dlperf_tasks.engine.rundir import RunDir, now_iso, write_json
+from dlperf_tasks.engine.runset import RunEntry, RunSet
 from dlperf_tasks.engine.setup import load_cluster, load_suite
 from dlperf_tasks.engine.storeaccess import open_store
 from dlperf_tasks.core.model import Trial
@@ -28,45 +29,41 @@ from dlperf_tasks.remote.ssh import SSHPool
 log = logging.getLogger("dlperf.engine")
 
 
-def _rundir(run: Mapping[str, Any]) -> RunDir:
-    return RunDir(Path(run["run_dir"]), run["run_id"])
+def _rundir(run: RunEntry) -> RunDir:
+    return RunDir(Path(run.run_dir), run.run_id)
 
 
-def _planned(run_set: Mapping[str, Any], run_id: str) -> list[Trial]:
-    return [Trial.from_dict(i["trial"]) for i in run_set["trials"] if i["run_id"] == run_id] if "trials" in run_set \
-        else []
-
-
-def collect_runs(run_set: Mapping[str, Any], records: list[Mapping[str, Any] | None]) -> dict[str, Any]:
+def collect_runs(run_set: RunSet | Mapping[str, Any], records: list[Mapping[str, Any] | None]) -> dict[str, Any]:
     """Which planned trials have a record in their run dir, and which logs are missing.
     ``records`` are the trial steps' return values (a failed trial step returns none)."""
     done = [trial_from_record(r) for r in records if r]
     out: dict[str, Any] = {"trials": {}, "missing_logs": {}}
-    for run in run_set["runs"]:
-        wanted = [r.trial for r in done if r.trial.cell.suite == run["suite"]]
+    for run in RunSet.of(run_set).runs:
+        wanted = [r.trial for r in done if r.trial.cell.suite == run.suite]
         wanted = list({t.id: t for t in wanted}.values())  # a trial is counted once
         found, missing = collect(_rundir(run), wanted)
-        out["trials"][run["run_id"]] = [t.to_dict() for t in (r.trial for r in found)]
-        out["missing_logs"][run["run_id"]] = missing
+        out["trials"][run.run_id] = [t.to_dict() for t in (r.trial for r in found)]
+        out["missing_logs"][run.run_id] = missing
     return out
 
 
-def aggregate_runs(run_set: Mapping[str, Any], collected: Mapping[str, Any], settings, source: str = "dag",
+def aggregate_runs(run_set: RunSet | Mapping[str, Any], collected: Mapping[str, Any], settings, source: str = "dag",
                    group_run_id: str | None = None) -> list[dict[str, Any]]:
     """result.json + report.md + plots + index files + NCCL transports + stragglers per run."""
+    run_set = RunSet.of(run_set)
     summaries = []
-    for run in run_set["runs"]:
+    for run in run_set.runs:
         rd = _rundir(run)
-        trials = [Trial.from_dict(t) for t in collected["trials"].get(run["run_id"], [])]
+        trials = [Trial.from_dict(t) for t in collected["trials"].get(run.run_id, [])]
         results, _ = collect(rd, trials)
-        if not results or run_set.get("dry_run"):
-            summaries.append({"run_id": run["run_id"], "suite": run["suite"], "result": None, "cells": [],
-                              "run_dir": run["run_dir"]})
+        if not results or run_set.dry_run:
+            summaries.append({"run_id": run.run_id, "suite": run.suite, "result": None, "cells": [],
+                              "run_dir": run.run_dir})
             continue
-        result = aggregate(rd, results, load_suite(run["suite"], settings), source,
+        result = aggregate(rd, results, load_suite(run.suite, settings), source,
                            {"dag_run_id": group_run_id} if group_run_id else None, settings=settings)
-        summaries.append({"run_id": run["run_id"], "suite": run["suite"], "result": str(rd.file("result.json")),
-                          "run_dir": run["run_dir"], "cells": cell_rows(result),
+        summaries.append({"run_id": run.run_id, "suite": run.suite, "result": str(rd.file("result.json")),
+                          "run_dir": run.run_dir, "cells": cell_rows(result),
                           "plots": sorted(str(p) for p in rd.file("plots").glob("*")) if rd.file("plots").is_dir()
                           else []})
     return summaries
@@ -91,15 +88,16 @@ def _resolved_inventory(settings):
         return settings.cluster
 
 
-def publish(run_set: Mapping[str, Any], summaries: list[Mapping[str, Any]], settings, group: str = "",
+def publish(run_set: RunSet | Mapping[str, Any], summaries: list[Mapping[str, Any]], settings, group: str = "",
             dry_run_commands: list[str] | None = None,
             notify: Callable[[Mapping[str, Any]], int] | None = None) -> list[dict[str, Any]]:
     """Publish every aggregated run, check it against its suite's history; write
     ``<work_dir>/last-<group>.json`` (what was published, the table) for ``make run``.
     A dry run publishes nothing and records the commands instead. ``notify``: see
     :func:`regression_check`."""
+    dry_run = RunSet.of(run_set).dry_run
     published: list[dict[str, Any]] = []
-    todo = [s for s in summaries if s.get("result")] if not run_set.get("dry_run") else []
+    todo = [s for s in summaries if s.get("result")] if not dry_run else []
     store = open_store(settings) if todo else None
     for s in todo:
         where = publish_run(store, RunDir(Path(s["run_dir"]), s["run_id"]), settings)
@@ -108,7 +106,7 @@ def publish(run_set: Mapping[str, Any], summaries: list[Mapping[str, Any]], sett
     if group:
         write_json(Path(settings.work_dir) / f"last-{group}.json",
                    {"dag": group, "published": published, "finished_at": now_iso(), "store": safe_url(settings.store_url),
-                    "table": result_table(summaries), "dry_run": bool(run_set.get("dry_run")),
+                    "table": result_table(summaries), "dry_run": dry_run,
                     "commands": list(dry_run_commands or [])})
     return published
 
@@ -137,35 +135,36 @@ def regression_check(store, run_id: str, settings,
             "basis": rep.basis, "basis_line": basis_line(rep.basis)}
 
 
-def cleanup(run_set: Mapping[str, Any] | None, settings) -> dict[str, Any]:
+def cleanup(run_set: RunSet | Mapping[str, Any] | None, settings) -> dict[str, Any]:
     """Teardown: stop whatever is still running, clean the nodes, release leases (nothing
     when planning failed or for a dry run: no node was touched)."""
     if not run_set:
         return {"cleaned": [], "note": "nothing planned, nothing touched"}
-    if run_set.get("dry_run"):
+    run_set = RunSet.of(run_set)
+    if run_set.dry_run:
         return {"cleaned": [], "note": "dry run"}
     if settings.is_local:
         from dlperf_tasks.remote import local
 
-        stopped = sum(local.stop(key) for key in run_set.get("trial_keys", []))
+        stopped = sum(local.stop(key) for key in run_set.trial_keys)
         return {"cleaned": ["local0"], "stopped_process_groups": stopped}
-    stop_runs({r["run_id"] for r in run_set["runs"]})
-    cleaned, problems = clean_runs(run_set["runs"], run_set.get("trial_keys", []), settings)
+    stop_runs({r.run_id for r in run_set.runs})
+    cleaned, problems = clean_runs(list(run_set.runs), list(run_set.trial_keys), settings)
     if problems:
         raise Retriable("cleanup left something behind: " + "; ".join(problems))
     return {"cleaned": cleaned}
 
 
-def clean_runs(runs: list[Mapping[str, Any]], trial_keys: list[str], settings) -> tuple[list, list]:
+def clean_runs(runs: list[RunEntry], trial_keys: list[str], settings) -> tuple[list, list]:
     """On every node, for each run: its containers, scratch and leases removed, leftovers listed."""
     cluster = load_cluster(settings)
     cleaned: set[str] = set()
     problems: list[str] = []
     with SSHPool(cluster) as pool:
         for run in runs:
-            suite = load_suite(run["suite"], settings)
+            suite = load_suite(run.suite, settings)
             runtime = make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher)
-            done, bad = nodeclean.clean_run(pool, runtime, list(cluster.names), run["run_id"], list(trial_keys))
+            done, bad = nodeclean.clean_run(pool, runtime, list(cluster.names), run.run_id, list(trial_keys))
             cleaned.update(done)
             problems += bad
     return sorted(cleaned), problems

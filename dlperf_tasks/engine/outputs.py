@@ -16,7 +16,9 @@ from dlperf_tasks.engine.rundir import RunDir, now_iso
 from dlperf_tasks.core.model import Trial, TrialResult
 from dlperf_tasks.report.numbers import num2
 from dlperf_tasks.measure.extract import dlperf_model_key
+from dlperf_tasks.report import index_files
 from dlperf_tasks.report.markdown import render_markdown
+from dlperf_tasks.report.plots import render_plots
 from dlperf_tasks.report.result_json import build_result, write_result
 from dlperf_tasks.measure.stats import aggregate as cell_stats
 from dlperf_tasks.frameworks._lines import read_log
@@ -141,23 +143,13 @@ def _straggler_section(out: Path, reports, problem: str | None) -> None:
 
 
 def write_plots(out: Path, result: Mapping[str, Any]) -> list[str]:
-    try:
-        from dlperf_tasks.report import plots as plotmod  # matplotlib: imported only here
-    except ImportError:
-        return []
-    for name in ("write_plots", "plot_result", "render_plots"):
-        fn = getattr(plotmod, name, None)
-        if fn is not None:
-            return [str(p) for p in (fn(result, out / "plots") or [])]
-    return []
+    """The run's plots under ``<run dir>/plots`` (report.plots' entry point; matplotlib is
+    imported when the first figure is drawn)."""
+    return [str(p) for p in render_plots(result, out / "plots")]
 
 
 def write_index_files(out: Path, result: Mapping[str, Any]) -> list[str]:
-    """The framework's own index files (report.index_files, where that module exists)."""
-    try:
-        from dlperf_tasks.report import index_files
-    except ImportError:
-        return []
+    """The framework's own index files (report.index_files)."""
     # seed 001's layout: logs/index/<model>_<sp|mp>_bs<B>_<fp>_<gpus>_speed, published with the logs
     return [str(p) for p in (index_files.write_index_files(dict(result), out / index_files.INDEX_DIR) or [])]
 

@@ -1,13 +1,8 @@
 """Engine steps 1-2: plan (no node touched) and prepare (login, pull, env capture).
 
-``plan_runs`` returns the *run set*: a JSON-safe dict that every later step takes::
-
-    {"runs": [run, ...], "trials": [item, ...], "trial_keys": [...], "dry_run": bool,
-     "policy": str, "cluster": str, "params": {...}}
-
-``run`` = ``{run_id, run_dir, suite, framework, image, upstream_commit, started_at, window,
-n_trials, summary, rerun}``; ``item`` = what running one trial needs (``run_id``, ``run_dir``,
-``suite``, ``trial`` (Trial.to_dict), ``trial_id``, ``key``, ``dry_run``, ``policy``, ``image``).
+``plan_runs`` returns the *run set* (:class:`dlperf_tasks.engine.runset.RunSet`) that every
+later step takes: its runs (:class:`~dlperf_tasks.engine.runset.RunEntry`, one per suite) and
+the planned trials (:class:`~dlperf_tasks.engine.runset.TrialItem`, what running one trial needs).
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ from typing import Any, Mapping
 
 from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now_iso, read_json, write_json, write_plan
+from dlperf_tasks.engine.runset import RunEntry, RunSet, TrialItem
 from dlperf_tasks.core.errors import DlperfError, RemoteError
 from dlperf_tasks.remote.local import LOCAL_MAX_PROCS
 from dlperf_tasks.store.redact_facts import NODE_IDENTITY_FILE as IDENTITY_FILE
@@ -77,7 +73,7 @@ def check_fits(topologies, settings, cluster=None) -> None:
 
 
 def plan_runs(group: str, suite_ids: list[str], params: Mapping[str, Any], settings, *,
-              group_run_id: str | None = None, run_dirs: Mapping[str, str] | None = None) -> dict[str, Any]:
+              group_run_id: str | None = None, run_dirs: Mapping[str, str] | None = None) -> RunSet:
     """Plan every selected suite (``params["suites"]`` or all of ``suite_ids``) with the params'
     overrides, check they fit the cluster, create the run directories (``run_dirs[suite]`` or
     ``<work_dir>/<run_id>``). A re-run of the same ``group_run_id`` reuses its run ids."""
@@ -105,22 +101,20 @@ def plan_runs(group: str, suite_ids: list[str], params: Mapping[str, Any], setti
         doc = p.to_dict()
         write_plan(rd, doc, params=params, dag=group, dag_run_id=group_run_id, started_at=started_at,
                    policy=policy, cluster=cluster_name, dry_run=dry_run)
-        runs.append({"run_id": run_id, "run_dir": str(rd.path), "suite": suite_id, "framework": p.framework,
-                     "image": p.image, "upstream_commit": p.upstream_commit, "started_at": started_at,
-                     "window": doc["window"], "n_trials": len(p.trials), "summary": p.summary(),
-                     "rerun": bool(prev)})
-        items += [{"run_id": run_id, "run_dir": str(rd.path), "suite": suite_id, "trial": t.trial.to_dict(),
-                   "trial_id": t.id, "key": t.trial.key, "dry_run": dry_run, "policy": policy, "image": p.image}
-                  for t in p.trials]
-    for it in items:  # a DAG task's progress counts over the whole DAG run (engine.trials.display_for)
-        it["planned"], it["planned_runs"] = len(items), [r["run_id"] for r in runs]
+        runs.append(RunEntry(run_id=run_id, run_dir=str(rd.path), suite=suite_id, framework=p.framework,
+                             image=p.image, upstream_commit=p.upstream_commit, started_at=started_at,
+                             window=doc["window"], n_trials=len(p.trials), summary=p.summary(), rerun=bool(prev)))
+        items += [(run_id, str(rd.path), suite_id, t.trial, p.image) for t in p.trials]
+    # a DAG task's progress counts over the whole DAG run (engine.trials.display_for)
+    planned_runs = tuple(r.run_id for r in runs)
+    trials = tuple(TrialItem(run_id=run_id, run_dir=run_dir, suite=suite_id, trial=trial, dry_run=dry_run,
+                             policy=policy, image=image, planned=len(items), planned_runs=planned_runs)
+                   for run_id, run_dir, suite_id, trial, image in items)
     if record_path:
         write_json(record_path, {"dag": group, "dag_run_id": group_run_id,
-                                 "runs": {r["suite"]: {"run_id": r["run_id"], "started_at": r["started_at"]}
-                                          for r in runs}})
-    return {"runs": runs, "trials": items, "trial_keys": [i["key"] for i in items], "dry_run": dry_run,
-            "policy": policy, "cluster": cluster_name,
-            "params": dict(params)}
+                                 "runs": {r.suite: {"run_id": r.run_id, "started_at": r.started_at} for r in runs}})
+    return RunSet(runs=tuple(runs), trials=trials, trial_keys=tuple(i.key for i in trials), dry_run=dry_run,
+                  policy=policy, cluster=cluster_name, params=dict(params))
 
 
 # --------------------------------------------------------------------------- prepare
@@ -157,33 +151,33 @@ def prepare_local(rd: RunDir) -> None:
     rd.write(IDENTITY_FILE, {"local0": local_identity()})
 
 
-def prepare(run_set: Mapping[str, Any], settings) -> dict[str, Any]:
+def prepare(run_set: RunSet | Mapping[str, Any], settings) -> dict[str, Any]:
     """Prepare step of a scheduled run: every node of the cluster, for every run of the set
     (local cluster: record this machine's environment)."""
-
-    if run_set["dry_run"]:
+    run_set = RunSet.of(run_set)
+    if run_set.dry_run:
         return {"skipped": "dry run"}
-    reruns = [r for r in run_set["runs"] if r.get("rerun")]
+    reruns = [r for r in run_set.runs if r.rerun]
     if reruns and not settings.is_local:
         # the scheduled run is running again: a worker killed before may have left the run's
         # trial running and its node leases held; clear them before anything starts
         from dlperf_tasks.engine.finish import clean_runs
 
-        _, problems = clean_runs(reruns, run_set.get("trial_keys", []), settings)
+        _, problems = clean_runs(reruns, list(run_set.trial_keys), settings)
         if problems:
             raise Retriable("cleaning what the previous attempt of this run left failed: " + "; ".join(problems))
     if settings.is_local:
-        for run in run_set["runs"]:
-            prepare_local(RunDir(Path(run["run_dir"]), run["run_id"]))
+        for run in run_set.runs:
+            prepare_local(RunDir(Path(run.run_dir), run.run_id))
         return {"nodes": ["local0"]}
 
     cluster = load_cluster(settings)
     try:
         with SSHPool(cluster) as pool:
-            for run in run_set["runs"]:
-                rd = RunDir(Path(run["run_dir"]), run["run_id"])
-                prepare_nodes(rd, load_suite(run["suite"], settings), cluster, pool, list(cluster.names),
-                              image=cluster.resolve_image(run.get("image")), upstream_commit=run.get("upstream_commit"))
+            for run in run_set.runs:
+                rd = RunDir(Path(run.run_dir), run.run_id)
+                prepare_nodes(rd, load_suite(run.suite, settings), cluster, pool, list(cluster.names),
+                              image=cluster.resolve_image(run.image), upstream_commit=run.upstream_commit)
     except RemoteError as exc:
         raise Retriable(f"prepare on cluster {cluster.name}: {exc}") from None
     return {"nodes": list(cluster.names)}

@@ -9,12 +9,12 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from dlperf_tasks.core.model import Trial
 from dlperf_tasks.engine.storeaccess import open_store
 from dlperf_tasks.engine.rundir import group_run_record
+from dlperf_tasks.engine.runset import RunSet, TrialItem
 from dlperf_tasks.store.backends import NotFound, sha256_file
 from dlperf_tasks.store.staging import (TRIALS_DIR, Staging, _valid_record, pull_runs, push_runs,  # noqa: F401
-                                        rebase_item, rebase_run_set, trial_paths)
+                                        rebase_item, trial_paths)
 
 RUN_FILES = ("plan.json", "node-facts.json", "node-identity.json", "env.json")
 
@@ -23,51 +23,54 @@ def _store(settings):
     return open_store(settings)
 
 
-def enter(run_set: Mapping[str, Any] | None, settings, pull: bool = True) -> dict[str, Any] | None:
+def _runs(run_set: RunSet) -> list[tuple[str, str]]:
+    return [(r.run_id, r.run_dir) for r in run_set.runs]
+
+
+def enter(run_set: RunSet | Mapping[str, Any] | None, settings, pull: bool = True) -> RunSet | None:
     """A run-level task starts: the run set on this worker, its staged files pulled."""
-    local = rebase_run_set(run_set, settings.work_dir)
-    if pull and local and local.get("runs"):
-        pull_runs(_store(settings), local)
+    if run_set is None:
+        return None
+    local = RunSet.of(run_set).rebased(settings.work_dir)
+    if pull and local.runs:
+        pull_runs(_store(settings), _runs(local))
     return local
 
 
-def leave(run_set: Mapping[str, Any] | None, settings, only: Iterable[str] | None = None) -> None:
+def leave(run_set: RunSet | Mapping[str, Any] | None, settings, only: Iterable[str] | None = None) -> None:
     """A run-level task ends: what it wrote goes to staging (``only``: just those paths)."""
-    if run_set and run_set.get("runs"):
-        push_runs(_store(settings), run_set, only=only)
+    run_set = RunSet.of(run_set) if run_set is not None else None
+    if run_set and run_set.runs:
+        push_runs(_store(settings), _runs(run_set), only=only)
 
 
-def enter_trial(item: Mapping[str, Any], settings) -> dict[str, Any]:
+def enter_trial(item: TrialItem | Mapping[str, Any], settings) -> TrialItem:
     """A trial task starts: its run dir on this worker with the run's files and this trial's
     earlier record (and, when that record is valid, its logs: the trial is then reused)."""
-    local = rebase_item(item, settings.work_dir)
-    if item.get("dry_run"):
+    local = TrialItem.of(item).rebased(settings.work_dir)
+    if local.dry_run:
         return local
-    key = _trial_key(item)
-    st = Staging(_store(settings), local["run_id"])
-    rec = f"{TRIALS_DIR}/{key}.json"
-    st.pull(local["run_dir"], only=[*RUN_FILES, rec])
-    doc = _valid_record((Path(local["run_dir"]) / rec).read_bytes()) if (Path(local["run_dir"]) / rec).is_file() else None
+    st = Staging(_store(settings), local.run_id)
+    rec = f"{TRIALS_DIR}/{local.key}.json"
+    st.pull(local.run_dir, only=[*RUN_FILES, rec])
+    path = Path(local.run_dir) / rec
+    doc = _valid_record(path.read_bytes()) if path.is_file() else None
     if doc is not None:
-        st.pull(local["run_dir"], only=[str(p) for p in doc.get("logs") or []])
+        st.pull(local.run_dir, only=[str(p) for p in doc.get("logs") or []])
     return local
 
 
-def leave_trial(item: Mapping[str, Any], settings) -> list[str]:
+def leave_trial(item: TrialItem | Mapping[str, Any], settings) -> list[str]:
     """A trial task ends (any outcome that wrote a record, retried ones too): the record, its
     logs and telemetry go to staging. ``item`` is the rebased item :func:`enter_trial` returned."""
-    if item.get("dry_run"):
+    item = TrialItem.of(item)
+    if item.dry_run:
         return []
-    key = _trial_key(item)
     try:
-        record = json.loads((Path(item["run_dir"]) / TRIALS_DIR / f"{key}.json").read_text())
+        record = json.loads((Path(item.run_dir) / TRIALS_DIR / f"{item.key}.json").read_text())
     except (OSError, ValueError):
         return []
-    return Staging(_store(settings), item["run_id"]).push(item["run_dir"], only=trial_paths(record, key))
-
-
-def _trial_key(item: Mapping[str, Any]) -> str:
-    return Trial.from_dict(item["trial"]).key
+    return Staging(_store(settings), item.run_id).push(item.run_dir, only=trial_paths(record, item.key))
 
 
 def _group_record(settings, group: str, group_run_id: str) -> tuple[Path, str]:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 
 from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.rundir import RunDir
+from dlperf_tasks.engine.runset import TrialItem
 from dlperf_tasks.engine.setup import load_cluster, load_suite
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.frameworks import get
@@ -54,10 +55,11 @@ def _stop_key(run_id: str, trial_key: str) -> str:
     return f"{run_id}/{trial_key}"
 
 
-def dry_run_commands(item: Mapping[str, Any], settings) -> list[str]:
+def dry_run_commands(item: TrialItem | Mapping[str, Any], settings) -> list[str]:
     """The shell-quoted commands a trial would run on each node (shown by dry runs)."""
-    trial = Trial.from_dict(item["trial"])
-    _, specs = launch_specs(trial, get(trial.cell.framework), load_suite(item["suite"], settings).launcher)
+    item = TrialItem.of(item)
+    trial = item.trial
+    _, specs = launch_specs(trial, get(trial.cell.framework), load_suite(item.suite, settings).launcher)
     return [spec.shell() for _, spec in specs]
 
 
@@ -193,22 +195,23 @@ def finish_leased(state: Mapping[str, Any], verdict, suite, rd: RunDir, settings
             pool.close()
 
 
-def display_for(item: Mapping[str, Any], log: Callable[[str], None] | None, settings):
+def display_for(item: TrialItem | Mapping[str, Any], log: Callable[[str], None] | None, settings):
     """The progress display of one planned trial run as its own task: ``[done/planned]`` over
     the whole DAG run (the plan's ``planned`` / ``planned_runs``; done = the trial records staged
     by every task of it, this one included), else over this trial alone."""
-    planned = item.get("planned")
-    if not isinstance(planned, int) or planned < 1:
+    item = TrialItem.of(item)
+    planned = item.planned
+    if planned is None or planned < 1:
         return Display(log, 1)
-    runs = [r for r in item.get("planned_runs") or [item["run_id"]] if isinstance(r, str)]
+    runs = list(item.planned_runs or [item.run_id])
 
     def count(key: str) -> int:
-        return trials_done(settings, runs, (item["run_id"], key))
+        return trials_done(settings, runs, (item.run_id, key))
 
     return Display(log, planned, count_done=count)
 
 
-def before_trial(item: Mapping[str, Any], trial: Trial, suite, rd: RunDir, settings) -> TrialResult | None:
+def before_trial(item: TrialItem | Mapping[str, Any], trial: Trial, suite, rd: RunDir, settings) -> TrialResult | None:
     """The decisions' hook before a trial of a DAG run (:meth:`Decisions.before_trial`): its
     SKIPPED record when the adaptive rule stopped its cell, else None. The cell's earlier records
     come from the run's staging area first (no shared disk between the trial tasks)."""
@@ -218,7 +221,7 @@ def before_trial(item: Mapping[str, Any], trial: Trial, suite, rd: RunDir, setti
     return Decisions.from_run_dir(rd, suite).before_trial(trial, fetch=fetch)
 
 
-def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
+def start_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
                log: Callable[[str], None] | None = None, lease_ttl_s: float = FINISH_LEASE_TTL_S, display=None,
                pool=None, lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any]:
     """The first half of one planned trial: ``{"record": ...}`` when it is done already (dry run,
@@ -226,22 +229,23 @@ def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tr
     ``{"started": state}`` (remote jobs running, nodes leased; :func:`finish_item` ends it), or
     with ``busy_returns`` ``{"waiting": reason}`` when no nodes were free within ``lease_wait_s``
     (nothing recorded; see :func:`start_leased`)."""
-    trial = Trial.from_dict(item["trial"])
-    if item.get("dry_run"):
+    item = TrialItem.of(item)
+    trial = item.trial
+    if item.dry_run:
         res = TrialResult(trial=trial, status=TrialStatus.NOT_RUN, reason="dry run")
         return {"record": {**trial_record(res), "commands": dry_run_commands(item, settings)}}
-    rd = RunDir(Path(item["run_dir"]), item["run_id"])
+    rd = RunDir(Path(item.run_dir), item.run_id)
     done = rd.reusable(trial)
     if done is not None:  # a re-run of the scheduled run: this trial already has a valid result
         return {"record": {**trial_record(done), "reused": True}}
-    suite = load_suite(item["suite"], settings)
+    suite = load_suite(item.suite, settings)
     if (skip := before_trial(item, trial, suite, rd, settings)) is not None:  # issue 17: the cell's median is known
         return {"record": trial_record(skip)}
     display = display or display_for(item, log, settings)
     if settings.is_local:
         return {"record": _record(item, rd, run_local(trial, suite, rd, display), display, try_number, max_tries)}
     try:
-        got = start_leased(trial, suite, rd, settings, image=item.get("image"), attempt=try_number,
+        got = start_leased(trial, suite, rd, settings, image=item.image, attempt=try_number,
                            display=display, lease_ttl_s=lease_ttl_s, pool=pool,
                            lease_wait_s=lease_wait_s, busy_returns=busy_returns)
     finally:
@@ -253,32 +257,34 @@ def start_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tr
     return {"started": got}
 
 
-def finish_item(item: Mapping[str, Any], settings, state: Mapping[str, Any], verdict, *, try_number: int = 1,
+def finish_item(item: TrialItem | Mapping[str, Any], settings, state: Mapping[str, Any], verdict, *, try_number: int = 1,
                 max_tries: int = 1, log: Callable[[str], None] | None = None, pool=None,
                 display=None) -> dict[str, Any]:
     """The second half of :func:`start_item` (verdict: the watcher's); writes and returns the record."""
-    rd = RunDir(Path(item["run_dir"]), item["run_id"])
+    item = TrialItem.of(item)
+    rd = RunDir(Path(item.run_dir), item.run_id)
     display = display or display_for(item, log, settings)
-    res = finish_leased(state, verdict, load_suite(item["suite"], settings), rd, settings, display=display, pool=pool)
+    res = finish_leased(state, verdict, load_suite(item.suite, settings), rd, settings, display=display, pool=pool)
     return _record(item, rd, res, display, try_number, max_tries)
 
 
-def _record(item, rd: RunDir, res: TrialResult, display, try_number: int, max_tries: int) -> dict[str, Any]:
+def _record(item: TrialItem, rd: RunDir, res: TrialResult, display, try_number: int, max_tries: int) -> dict[str, Any]:
     """Save the trial's record; raise Retriable while tries remain for a retriable status,
     NonRetriable for a failed trial under policy fail_fast."""
     out = rd.save_trial(res)
     display.finished(res, try_number)
     if res.status.retriable and try_number < max_tries:
         raise Retriable(f"trial {res.trial.id}: {res.status.value}: {res.reason} (try {try_number} of {max_tries})")
-    if res.status != TrialStatus.OK and item.get("policy") == "fail_fast":
+    if res.status != TrialStatus.OK and item.policy == "fail_fast":
         raise NonRetriable(f"trial {res.trial.id}: {res.status.value}: {res.reason} (policy fail_fast)")
     return out
 
 
-def run_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
+def run_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
              log: Callable[[str], None] | None = None, poll_s: float = 0.5) -> dict[str, Any]:
     """One planned trial, whole, in this process (:func:`start_item`, the watcher, :func:`finish_item`:
     the same halves a deferred task runs, with the trigger's poll rules in between); its record."""
+    item = TrialItem.of(item)
     display = display_for(item, log, settings)
     # one SSH pool (connections made when first used) for the start, the watch and the finish
     with (contextlib.nullcontext() if settings.is_local else SSHPool(load_cluster(settings))) as pool:
@@ -287,7 +293,7 @@ def run_item(item: Mapping[str, Any], settings, *, try_number: int = 1, max_trie
         if "record" in got:
             return got["record"]
         state = got["started"]
-        key = _stop_key(item["run_id"], Trial.from_dict(item["trial"]).key)
+        key = _stop_key(item.run_id, item.key)
         stop = _STOP_EVENTS[key] = threading.Event()  # fresh, as in start_leased
         try:
             return _watch_and_finish(pool, state, poll_s, stop, display, lambda verdict: finish_item(
@@ -306,15 +312,16 @@ def stop_event(run_id: str, trial_key: str, forget: bool = False) -> threading.E
     return _STOP_EVENTS.setdefault(key, threading.Event())
 
 
-def stop_trial(item: Mapping[str, Any], settings) -> None:
+def stop_trial(item: TrialItem | Mapping[str, Any], settings) -> None:
     """Stop a running trial (task killed / run cancelled): kill its process groups or remote jobs."""
-    trial = Trial.from_dict(item["trial"])
+    item = TrialItem.of(item)
+    trial = item.trial
     if settings.is_local:
         from dlperf_tasks.remote import local
 
         local.stop(trial.key)
         return
-    event = _STOP_EVENTS.get(_stop_key(item["run_id"], trial.key))
+    event = _STOP_EVENTS.get(_stop_key(item.run_id, trial.key))
     if event is not None:  # the running remote trial stops, kills its jobs and cleans its nodes
         event.set()
 

@@ -1,6 +1,7 @@
 """PNG plots of a run and of a cell's history (matplotlib, Agg canvas, no pyplot state).
 
-- :func:`render_plots` (result JSON dict -> PNG files), per model and precision, like the
+- :func:`render_plots` (result JSON dict -> PNG files; the entry point the engine's outputs
+  step calls for a run), per model and precision, like the
   DLPerf report images: ``<model>_<precision>_throughput.png`` (samples/s vs number of GPUs,
   one line per batch size) and ``<model>_<precision>_speedup.png`` (speedup vs number of
   GPUs with the ideal linear line). Latency workloads (Megatron) get

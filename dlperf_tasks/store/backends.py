@@ -55,6 +55,10 @@ class NotFound(StoreError):
     """The key does not exist."""
 
 
+class AccessRefused(StoreError):
+    """The endpoint refused the credentials or the bucket's permissions (403)."""
+
+
 class NotSupported(StoreError):
     """The endpoint does not implement a feature (e.g. conditional writes)."""
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 
-from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core.errors import InvalidRunIdError, StoreError
 
 MANIFEST = "manifest.json"
 RESULT = "result.json"
@@ -56,7 +56,7 @@ _PART_RE = re.compile(r"^[A-Za-z0-9._:+@=,%~-][A-Za-z0-9._:+@=,%~ -]*$")
 def validate_run_id(run_id: str) -> str:
     """Return ``run_id`` if it is a path-safe single component, else raise StoreError."""
     if not isinstance(run_id, str) or not _RUN_ID_RE.fullmatch(run_id) or ".." in run_id:
-        raise StoreError(f"invalid run id {run_id!r}: use letters, digits and . _ : + @ = - "
+        raise InvalidRunIdError(f"invalid run id {run_id!r}: use letters, digits and . _ : + @ = - "
                          f"(no '/', '..', spaces or control characters; at most 200 characters)")
     return run_id
 

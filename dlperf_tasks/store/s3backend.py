@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dlperf_tasks.core.connection import connection_extra
-from dlperf_tasks.core.errors import StoreError
-from dlperf_tasks.store.backends import (CHUNK, Backend, NotFound,
+from dlperf_tasks.core.errors import NotFoundError, StoreError
+from dlperf_tasks.store.backends import (CHUNK, AccessRefused, Backend, NotFound,
                                          NotSupported, ObjectInfo, PreconditionFailed, sha256_bytes)
 from dlperf_tasks.store.limits import Limits, read_bounded
 from dlperf_tasks.core.safeurl import credential_problem
@@ -137,13 +137,13 @@ class S3Backend(Backend):
             if code in _PRECONDITION or status == 412:
                 return PreconditionFailed(f"{where}: {action}: precondition failed (changed concurrently)")
             if code in _MISSING_BUCKET:
-                return StoreError(f"{where}: bucket {self.bucket!r} does not exist")
+                return NotFoundError(f"{where}: bucket {self.bucket!r} does not exist")
             if code in _NOT_FOUND or status == 404:
                 return NotFound(f"{where}: no such object")
             if code in _AUTH_CODES or status == 403:
-                return StoreError(f"{where}: {action} refused ({code}: {msg}); check the credentials "
-                                  f"(DLPERF_S3_ACCESS_KEY_ID/DLPERF_S3_SECRET_ACCESS_KEY, AWS_* or the "
-                                  f"Airflow connection) and the bucket's permissions")
+                return AccessRefused(f"{where}: {action} refused ({code}: {msg}); check the credentials "
+                                     f"(DLPERF_S3_ACCESS_KEY_ID/DLPERF_S3_SECRET_ACCESS_KEY, AWS_* or the "
+                                     f"Airflow connection) and the bucket's permissions")
             return StoreError(f"{where}: {action} failed ({code or status}: {msg})")
         if isinstance(exc, bx.NoCredentialsError):
             return StoreError(f"{where}: no S3 credentials found: set DLPERF_S3_ACCESS_KEY_ID and "
@@ -165,9 +165,9 @@ class S3Backend(Backend):
         except Exception as exc:
             err = self._error(exc, None, "HEAD bucket")
             if isinstance(err, NotFound):
-                raise StoreError(f"{self.describe()}: bucket {self.bucket!r} does not exist "
-                                 f"(create it first, or check the bucket name/region)") from None
-            if "refused" in str(err):
+                raise NotFoundError(f"{self.describe()}: bucket {self.bucket!r} does not exist "
+                                    f"(create it first, or check the bucket name/region)") from None
+            if isinstance(err, AccessRefused):
                 raise StoreError(f"{err} (HEAD bucket needs s3:ListBucket on the bucket)") from None
             raise err from None
 

@@ -2,7 +2,7 @@
 
 The tasks of one DAG run may execute on different Celery workers (different hosts, different
 ``work_dir``). Each task works in ITS OWN run directory ``<work_dir>/<run_id>``
-(:func:`rebase_item` / :func:`rebase_run_set`) and hands what it produced to the next task
+(``dlperf_tasks.engine.runset``'s ``rebased``) and hands what it produced to the next task
 through ``<prefix>/staging/<run_id>/`` (keys: :class:`dlperf_tasks.store.layout.Layout`):
 
 - plan pushes ``plan.json``; prepare pushes ``node-facts.json``/``env.json``;
@@ -35,22 +35,11 @@ TRIALS_DIR = "trials"
 
 
 def rebase_item(item: Mapping[str, Any], work_dir: str | os.PathLike) -> dict[str, Any]:
-    """``item`` (a planned trial or a run of the run set) with ``run_dir`` = this worker's
-    ``<work_dir>/<run_id>`` (the planning worker's path means nothing on another host)."""
+    """``item`` (a dict naming a ``run_id``, e.g. an aggregate summary) with ``run_dir`` = this
+    worker's ``<work_dir>/<run_id>`` (the planning worker's path means nothing on another host)."""
     out = dict(item)
     if out.get("run_id"):
         out["run_dir"] = str(Path(work_dir) / out["run_id"])
-    return out
-
-
-def rebase_run_set(run_set: Mapping[str, Any] | None, work_dir: str | os.PathLike) -> dict[str, Any] | None:
-    """The run set with every run's (and every trial item's) ``run_dir`` on this worker."""
-    if run_set is None:
-        return None
-    out = dict(run_set)
-    for key in ("runs", "trials"):
-        if isinstance(out.get(key), list):
-            out[key] = [rebase_item(x, work_dir) if isinstance(x, Mapping) else x for x in out[key]]
     return out
 
 
@@ -168,20 +157,20 @@ class Staging:
         return got
 
 
-def pull_runs(store, run_set: Mapping[str, Any] | None) -> dict[str, list[str]]:
-    """Pull the staging area of every run of a (rebased) run set into its run dir."""
+def pull_runs(store, runs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """Pull the staging area of every ``(run_id, run_dir)`` (this worker's run dir) into the run dir."""
     out: dict[str, list[str]] = {}
-    for run in (run_set or {}).get("runs") or []:
-        Path(run["run_dir"]).mkdir(parents=True, exist_ok=True)
-        out[run["run_id"]] = Staging(store, run["run_id"]).pull(run["run_dir"])
+    for run_id, run_dir in runs:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        out[run_id] = Staging(store, run_id).pull(run_dir)
     return out
 
 
-def push_runs(store, run_set: Mapping[str, Any] | None, only: Iterable[str] | None = None) -> dict[str, list[str]]:
-    """Push every run dir of a (rebased) run set (or only the ``only`` paths) to staging."""
+def push_runs(store, runs: Iterable[tuple[str, str]], only: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """Push every ``(run_id, run_dir)`` (or only the ``only`` paths) to staging."""
     out: dict[str, list[str]] = {}
-    for run in (run_set or {}).get("runs") or []:
-        out[run["run_id"]] = Staging(store, run["run_id"]).push(run["run_dir"], only=only)
+    for run_id, run_dir in runs:
+        out[run_id] = Staging(store, run_id).push(run_dir, only=only)
     return out
 
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
-from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core.errors import NotFoundError, StoreError
 from dlperf_tasks.core.settings import Settings
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import Backend, LocalBackend, NotFound, sha256_bytes
@@ -209,7 +209,7 @@ class Store:
             for r in self.iter_runs(s):
                 if r.get("run_id") == run_id:
                     return {"run_id": run_id, "suite": r["suite"], "date": r["date"], "path": r["path"]}
-        raise StoreError(f"run {run_id!r} not found in {self.url()}" + (f" (suite {suite})" if suite else ""))
+        raise NotFoundError(f"run {run_id!r} not found in {self.url()}" + (f" (suite {suite})" if suite else ""))
 
     def run_key(self, run_id: str, rel: str, suite: str | None = None) -> str:
         loc = self.locate(run_id, suite)
@@ -227,7 +227,7 @@ class Store:
             check_size(info.size, limits.max_doc_bytes, where, "the manifest", MAX_DOC_ENV)
             data, _ = self.backend.get_bytes(key, max_bytes=limits.max_doc_bytes)
         except NotFound:
-            raise StoreError(f"run {run_id} is incomplete: {where} does not exist") from None
+            raise NotFoundError(f"run {run_id} is incomplete: {where} does not exist") from None
         try:
             doc = json.loads(data)
         except ValueError as exc:

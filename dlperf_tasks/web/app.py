@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from fastapi import Depends, FastAPI, HTTPException
 
+from dlperf_tasks.core.errors import InvalidRunIdError, NotFoundError
 from dlperf_tasks.web import api, compare, index, run, trend
 from dlperf_tasks.web.access import Viewer
 from dlperf_tasks.web.site import Site, current_viewer
@@ -39,9 +40,8 @@ from dlperf_tasks.web.site import Site, current_viewer
 
 def fail(exc: Exception) -> HTTPException:
     """The HTTP error for a store error: 404 when the run or object is not there, else 502."""
-    text = str(exc)
-    code = 404 if ("not found" in text or "does not exist" in text or "invalid run id" in text) else 502
-    return HTTPException(status_code=code, detail=text)
+    code = 404 if isinstance(exc, (NotFoundError, InvalidRunIdError)) else 502
+    return HTTPException(status_code=code, detail=str(exc))
 
 
 def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Viewer],

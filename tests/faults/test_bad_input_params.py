@@ -207,8 +207,8 @@ def test_airflow_plan_task_with_hostile_dag_run_id_stays_inside_work_dir(setting
     work = Path(settings.work_dir).resolve()
     files = [p.resolve() for p in work.rglob("*")]
     assert files and all(str(p).startswith(str(work) + "/") for p in files)
-    (run,) = out["runs"]
-    assert "/" not in run["run_id"] and "evil" not in run["run_id"] and "$" not in run["run_id"]
+    (run,) = out.runs
+    assert "/" not in run.run_id and "evil" not in run.run_id and "$" not in run.run_id
 
 
 @pytest.mark.airflow

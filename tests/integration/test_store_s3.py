@@ -15,7 +15,8 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
-from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.core.errors import NotFoundError, StoreError
+from dlperf_tasks.store.backends import AccessRefused
 from dlperf_tasks.store import RetryPolicy, Store
 from tests.fixtures.s3 import SAMPLE_INVENTORY, make_run_dir
 
@@ -145,6 +146,10 @@ def test_wrong_credentials_are_a_clear_error(s3_live, bucket, tmp_path):
     msg = str(ei.value)
     assert "refused" in msg and "credentials" in msg and bucket in msg and s3_live.endpoint in msg
     assert "definitely-wrong" not in msg
+    with pytest.raises(AccessRefused, match="LIST refused"):  # the kind the bucket check branches on
+        s.backend.list_keys("")
+    with pytest.raises(StoreError, match=r"refused .*\(HEAD bucket needs s3:ListBucket on the bucket\)"):
+        s.backend.check()
     assert bucket_objects(s3_live.client(), bucket) == {}
 
 
@@ -152,6 +157,8 @@ def test_missing_bucket_is_a_clear_error(s3_live, tmp_path):
     s = Store.from_settings(s3_live.settings("no-such-bucket-xyz"), retry=FAST)
     with pytest.raises(StoreError, match="bucket 'no-such-bucket-xyz' does not exist"):
         s.publish(make_run_dir(tmp_path))
+    with pytest.raises(NotFoundError, match="bucket 'no-such-bucket-xyz' does not exist"):  # the results page: 404
+        s.list_runs()
     with pytest.raises(botocore.exceptions.ClientError):
         s3_live.client().head_bucket(Bucket="no-such-bucket-xyz")
 

@@ -35,9 +35,10 @@ def local(tmp_path):
 
 def _planned(settings, **params):
     rs = plan_runs("smoke", ["smoke"], {"trials": 5, **params}, settings)
-    (run,) = rs["runs"]
-    items = [i for i in rs["trials"] if i["trial"]["cell"] == rs["trials"][0]["trial"]["cell"]]
-    return RunDir(Path(run["run_dir"]), run["run_id"]), items
+    (run,) = rs.runs
+    # dagdecisions reads the items' dict form (what the trial step hands it)
+    items = [i.to_dict() for i in rs.trials if i.trial.cell == rs.trials[0].trial.cell]
+    return RunDir(Path(run.run_dir), run.run_id), items
 
 
 def test_stop_reason_rules():

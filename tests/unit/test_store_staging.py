@@ -12,6 +12,7 @@ from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.core.model import Cell, Trial, TrialMetric, TrialResult, TrialStatus
 from dlperf_tasks.core.settings import Settings
 from dlperf_tasks.engine import staging
+from dlperf_tasks.engine.runset import RunEntry, RunSet, TrialItem
 from dlperf_tasks.store import Store
 from dlperf_tasks.core.topology import Topology
 
@@ -30,8 +31,8 @@ def _trial() -> Trial:
     return Trial(cell=cell, index=1)
 
 
-def _item(run_dir: Path) -> dict:
-    return {"run_id": RUN_ID, "run_dir": str(run_dir), "suite": "smoke", "trial": _trial().to_dict()}
+def _item(run_dir: Path) -> TrialItem:
+    return TrialItem(run_id=RUN_ID, run_dir=str(run_dir), suite="smoke", trial=_trial())
 
 
 def _finish(rd: RunDir, status: TrialStatus, log_text: str) -> None:
@@ -45,21 +46,21 @@ def test_trial_files_travel_through_the_store_only(tmp_path):
     a, b = _settings(tmp_path, "wa"), _settings(tmp_path, "wb")
     plan_rd = RunDir.at(Path(a.work_dir) / RUN_ID, RUN_ID)
     plan_rd.write("plan.json", {"run_id": RUN_ID})
-    run_set = {"runs": [{"run_id": RUN_ID, "run_dir": str(plan_rd.path), "suite": "smoke"}]}
+    run_set = RunSet(runs=(RunEntry(run_id=RUN_ID, run_dir=str(plan_rd.path), suite="smoke"),))
     staging.leave(run_set, a)
 
     # the trial runs on worker B, which never saw A's disk: the item is rebased, plan.json pulled
     local = staging.enter_trial(_item(plan_rd.path), b)
-    assert local["run_dir"] == str(Path(b.work_dir) / RUN_ID)
-    assert json.loads((Path(local["run_dir"]) / "plan.json").read_text()) == {"run_id": RUN_ID}
-    rd_b = RunDir(Path(local["run_dir"]), RUN_ID)
+    assert local.run_dir == str(Path(b.work_dir) / RUN_ID)
+    assert json.loads((Path(local.run_dir) / "plan.json").read_text()) == {"run_id": RUN_ID}
+    rd_b = RunDir(Path(local.run_dir), RUN_ID)
     _finish(rd_b, TrialStatus.OK, "good log\n")
     sent = staging.leave_trial(local, b)
     assert sorted(sent) == sorted([f"trials/{_trial().key}.json", LOG])
 
     # collect on worker A reads the trial from the staging area
     st = staging.enter(run_set, a)
-    rd_a = RunDir(Path(st["runs"][0]["run_dir"]), RUN_ID)
+    rd_a = RunDir(Path(st.runs[0].run_dir), RUN_ID)
     assert rd_a.path == plan_rd.path
     got = rd_a.reusable(_trial())
     assert got is not None and got.metric.value == 100.0
@@ -70,25 +71,25 @@ def test_rerun_overwrites_nothing_valid(tmp_path):
     a, c = _settings(tmp_path, "wa"), _settings(tmp_path, "wc")
     item = _item(Path(a.work_dir) / RUN_ID)
     local = staging.enter_trial(item, a)
-    _finish(RunDir(Path(local["run_dir"]), RUN_ID), TrialStatus.OK, "good log\n")
+    _finish(RunDir(Path(local.run_dir), RUN_ID), TrialStatus.OK, "good log\n")
     staging.leave_trial(local, a)
 
     # a worker that did not pull (e.g. a retry racing a slow one) ends with an invalid try of the same trial
     rd_c = RunDir.at(Path(c.work_dir) / RUN_ID, RUN_ID)
     _finish(rd_c, TrialStatus.HANG, "partial log\n")
-    assert staging.leave_trial(staging.rebase_item(item, c.work_dir), c) == []
+    assert staging.leave_trial(item.rebased(c.work_dir), c) == []
 
     # a fresh worker sees the valid result and its log, so the trial is reused, not run again
     d = _settings(tmp_path, "wd")
     fresh = staging.enter_trial(item, d)
-    rd_d = RunDir(Path(fresh["run_dir"]), RUN_ID)
+    rd_d = RunDir(Path(fresh.run_dir), RUN_ID)
     assert rd_d.reusable(_trial()) is not None
     assert (rd_d.path / LOG).read_text() == "good log\n"
 
     # a whole-run-dir push (what aggregate does) from that worker does not overwrite it either
     staging.Staging(Store.from_url(a.store_url), RUN_ID).push(rd_c.path)
     e = _settings(tmp_path, "we")
-    rd_e = RunDir(Path(staging.enter_trial(item, e)["run_dir"]), RUN_ID)
+    rd_e = RunDir(Path(staging.enter_trial(item, e).run_dir), RUN_ID)
     assert rd_e.reusable(_trial()) is not None and (rd_e.path / LOG).read_text() == "good log\n"
 
 
@@ -96,15 +97,15 @@ def test_invalid_staged_try_is_replaced_by_a_valid_one(tmp_path):
     a, b = _settings(tmp_path, "wa"), _settings(tmp_path, "wb")
     item = _item(Path(a.work_dir) / RUN_ID)
     la = staging.enter_trial(item, a)
-    _finish(RunDir(Path(la["run_dir"]), RUN_ID), TrialStatus.TIMEOUT, "cut\n")
+    _finish(RunDir(Path(la.run_dir), RUN_ID), TrialStatus.TIMEOUT, "cut\n")
     staging.leave_trial(la, a)
     lb = staging.enter_trial(item, b)
-    rd_b = RunDir(Path(lb["run_dir"]), RUN_ID)
+    rd_b = RunDir(Path(lb.run_dir), RUN_ID)
     assert rd_b.reusable(_trial()) is None  # the invalid try is not reused: the retry runs
     _finish(rd_b, TrialStatus.OK, "retry log\n")
     staging.leave_trial(lb, b)
     d = _settings(tmp_path, "wd")
-    rd_d = RunDir(Path(staging.enter_trial(item, d)["run_dir"]), RUN_ID)
+    rd_d = RunDir(Path(staging.enter_trial(item, d).run_dir), RUN_ID)
     assert rd_d.reusable(_trial()).status == TrialStatus.OK
     assert (rd_d.path / LOG).read_text() == "retry log\n"
 
@@ -113,11 +114,11 @@ def test_staging_is_private_and_keys_have_one_owner(tmp_path):
     a = _settings(tmp_path, "wa")
     store = Store.from_url(a.store_url)
     local = staging.enter_trial(_item(Path(a.work_dir) / RUN_ID), a)
-    rd = RunDir(Path(local["run_dir"]), RUN_ID)
+    rd = RunDir(Path(local.run_dir), RUN_ID)
     _finish(rd, TrialStatus.OK, "ok\n")
     (rd.path / "publish-spool" / "local-only").mkdir(parents=True)
     (rd.path / "publish-spool" / "local-only" / "redaction-map.json").write_text("{}")
-    staging.leave(staging.rebase_run_set({"runs": [{"run_id": RUN_ID, "suite": "smoke"}]}, a.work_dir), a)
+    staging.leave(RunSet(runs=(RunEntry(run_id=RUN_ID, run_dir="/elsewhere", suite="smoke"),)).rebased(a.work_dir), a)
     keys = store.backend.list_keys("")
     assert keys and all(k.startswith(f"staging/{RUN_ID}/") for k in keys)
     assert not any("publish-spool" in k for k in keys)
