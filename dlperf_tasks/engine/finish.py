@@ -25,6 +25,9 @@ from dlperf_tasks.engine.trials import stop_runs
 from dlperf_tasks.remote import nodeclean
 from dlperf_tasks.remote.runtime import make_runtime
 from dlperf_tasks.remote.ssh import SSHPool
+from dlperf_tasks.history.check import check_run
+from dlperf_tasks.history.confirm import notify_only_confirmed
+from dlperf_tasks.remote import local
 
 log = logging.getLogger("dlperf.engine")
 
@@ -121,9 +124,6 @@ def regression_check(store, run_id: str, settings,
     ``notify(report)`` gets the findings instead, so nothing is sent twice. Either way
     ``DLPERF_NOTIFY_ON=confirmed`` sends nothing here (only A/B-confirmed findings are sent)."""
     try:
-        from dlperf_tasks.history.check import check_run
-        from dlperf_tasks.history.confirm import notify_only_confirmed
-
         rep = check_run(store, run_id, log=log, notify_target=settings.notify_url if notify is None else "")
         sent = notify(rep.to_dict()) if notify is not None and rep.findings and not notify_only_confirmed() else 0
     except Exception as exc:  # noqa: BLE001 - the check must not fail a published run
@@ -144,8 +144,6 @@ def cleanup(run_set: RunSet | Mapping[str, Any] | None, settings) -> dict[str, A
     if run_set.dry_run:
         return {"cleaned": [], "note": "dry run"}
     if settings.is_local:
-        from dlperf_tasks.remote import local
-
         stopped = sum(local.stop(key) for key in run_set.trial_keys)
         return {"cleaned": ["local0"], "stopped_process_groups": stopped}
     stop_runs({r.run_id for r in run_set.runs})

@@ -25,6 +25,9 @@ from dlperf_tasks.frameworks._lines import read_log
 from dlperf_tasks.remote import envcapture
 from dlperf_tasks.measure import stragglers
 from dlperf_tasks.report.flags import cell_flags
+from dlperf_tasks.telemetry import hooks
+from dlperf_tasks.telemetry import report as telemetry_report
+from dlperf_tasks.telemetry.report import loss_history_from_store
 
 
 def collect(rd: RunDir, trials: list[Trial]) -> tuple[list[TrialResult], list[str]]:
@@ -74,8 +77,6 @@ def write_outputs(rd: RunDir, results: list[TrialResult], meta: dict[str, Any], 
         meta["launch"] = suite.launch_metadata()  # model config shipped, optimizer, max_iter, accumulation (H4)
     result = build_result(cell_stats(results), meta, dlperf_model=dlperf_model_key(suite))
     if tele:
-        from dlperf_tasks.telemetry.report import loss_history_from_store
-
         history, why = loss_history_from_store(settings, meta.get("suite") or getattr(suite, "id", None),
                                                {**meta, "run_id": rd.run_id})
         tele.after_result(result, rd.path, results, summaries, plots_dir=rd.file("plots"), loss_history=history)
@@ -90,20 +91,12 @@ def write_outputs(rd: RunDir, results: list[TrialResult], meta: dict[str, Any], 
 
 
 def _telemetry():
-    """The telemetry hooks (dlperf_tasks.telemetry.hooks) when that package is there."""
-    try:
-        from dlperf_tasks.telemetry import hooks
-    except ImportError:
-        return None
+    """The telemetry hooks (dlperf_tasks.telemetry.hooks)."""
     return hooks
 
 
 def _telemetry_section(result: Mapping[str, Any]) -> str:
-    try:
-        from dlperf_tasks.telemetry import report
-    except ImportError:
-        return ""
-    section = report.markdown_section(result)
+    section = telemetry_report.markdown_section(result)
     return "\n" + section if section else ""
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, TextIO
 
 from dlperf_tasks.core.model import MetricKind, Trial, TrialResult
+from dlperf_tasks import frameworks
 
 MARK = "dlperf: "
 
@@ -135,8 +136,6 @@ def samples_per_iteration(cell) -> int:
 
 def _latency(cell) -> bool:
     try:
-        from dlperf_tasks import frameworks
-
         return frameworks.get(cell.framework).metric_kind == MetricKind.LATENCY
     except Exception:  # noqa: BLE001 - an unknown framework: show samples/s
         return False

@@ -32,6 +32,7 @@ from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.ssh import SSHPool
 from dlperf_tasks.store.quarantine import Quarantine
 from dlperf_tasks.engine.decisions import for_sweep
+from dlperf_tasks.remote.runtime import make_runtime
 
 
 @dataclass
@@ -159,8 +160,6 @@ def _on_cluster(suite, plan, cluster: Cluster, todo, batch: Batch, opts: SweepOp
             return run_scheduled(todo, batch, cluster, held, pool, runtime, facts, down=down)
         finally:
             if runtime is None:
-                from dlperf_tasks.remote.runtime import make_runtime
-
                 runtime = make_runtime(suite.container, image=image, registry=cluster.registry,
                                        launcher=suite.launcher)
             _, problems = nodeclean.clean_run(pool, runtime, held, rd.run_id, release_lease=False)

@@ -45,6 +45,7 @@ from dlperf_tasks.engine.storeaccess import open_store
 from dlperf_tasks.store.staging import TRIALS_DIR, Staging
 from dlperf_tasks.report.result_json import trial_record
 from dlperf_tasks.remote.trial import abort_trial
+from dlperf_tasks.telemetry import hooks
 
 _STOP_EVENTS: dict[str, threading.Event] = {}
 #: lease TTL of a trial's nodes while this process holds them (start, finish, in-process watch)
@@ -76,13 +77,7 @@ def run_local(trial: Trial, suite, rd: RunDir, display=None, stop: threading.Eve
 
 
 def _sampled(kind: str, *args):
-    """Telemetry sampling around a trial (dlperf_tasks.telemetry.hooks), when that package is there."""
-    import contextlib
-
-    try:
-        from dlperf_tasks.telemetry import hooks
-    except ImportError:
-        return contextlib.nullcontext()
+    """Telemetry sampling around a trial (dlperf_tasks.telemetry.hooks)."""
     return getattr(hooks, kind)(*args)
 
 
@@ -317,8 +312,6 @@ def stop_trial(item: TrialItem | Mapping[str, Any], settings) -> None:
     item = TrialItem.of(item)
     trial = item.trial
     if settings.is_local:
-        from dlperf_tasks.remote import local
-
         local.stop(trial.key)
         return
     event = _STOP_EVENTS.get(_stop_key(item.run_id, trial.key))
