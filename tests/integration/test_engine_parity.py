@@ -65,14 +65,19 @@ def _types_agree(a: str, b: str) -> bool:
     return a == b or {a, b} <= {"int", "float"} or {a, b} <= {"list", "list0"} or "null" in (a, b)
 
 
-def test_dag_run_and_sweep_write_the_same_result_sections(airflow_db, sim_cluster_env, tmp_path, monkeypatch):
-    sim = sim_cluster_env
+def _dag_run_dir(sim, tmp_path: Path, monkeypatch, conf: dict) -> Path:
+    """Run the pytorch DAG (site catalog with the stand-in's SPEEDS) with ``conf``: its published run dir."""
     monkeypatch.setenv("DLPERF_CATALOG_PATH", str(site_catalog(tmp_path / "catalog", "pytorch-bert", SPEEDS)))
     cfg = cluster_settings(sim.yaml_path, f"file://{tmp_path / 'store'}", tmp_path / "work")
-    dr = build_pytorch_dag(cfg).test(run_conf=CONF)
+    dr = build_pytorch_dag(cfg).test(run_conf=conf)
     assert state(dr) == "success"
     (pub,) = json.loads((tmp_path / "work" / "last-pytorch.json").read_text())["published"]
-    dag_result = json.loads((Path(pub["run_dir"]) / "result.json").read_text())
+    return Path(pub["run_dir"])
+
+
+def test_dag_run_and_sweep_write_the_same_result_sections(airflow_db, sim_cluster_env, tmp_path, monkeypatch):
+    sim = sim_cluster_env
+    dag_result = json.loads((_dag_run_dir(sim, tmp_path, monkeypatch, CONF) / "result.json").read_text())
 
     out = tmp_path / "sweep"
     rc = main(["sweep", "--suite", "pytorch-bert", "--cluster", str(sim.yaml_path), "--out", str(out),
@@ -116,12 +121,7 @@ def _placement_free(health: dict) -> dict:
 
 def test_dag_run_and_sweep_take_the_same_decisions(airflow_db, sim_cluster_env, tmp_path, monkeypatch):
     sim = sim_cluster_env
-    monkeypatch.setenv("DLPERF_CATALOG_PATH", str(site_catalog(tmp_path / "catalog", "pytorch-bert", SPEEDS)))
-    cfg = cluster_settings(sim.yaml_path, f"file://{tmp_path / 'store'}", tmp_path / "work")
-    dr = build_pytorch_dag(cfg).test(run_conf=DECIDED)
-    assert state(dr) == "success"
-    (pub,) = json.loads((tmp_path / "work" / "last-pytorch.json").read_text())["published"]
-    dag_dir = Path(pub["run_dir"])
+    dag_dir = _dag_run_dir(sim, tmp_path, monkeypatch, DECIDED)
 
     # the sweep's own store and work dir: the DAG run's quarantine state is not the sweep's
     monkeypatch.setenv("DLPERF_STORE_URL", f"file://{tmp_path / 'sweep-store'}")
