@@ -69,6 +69,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlperf_tasks.remote.inventory import load_for_redaction
     from dlperf_tasks.store import RetryPolicy
     from dlperf_tasks.store.opener import open_store
     from dlperf_tasks.store.spool import Spool
@@ -84,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
 
     where = Settings.load().with_store(url, "--store" if args.store else "the first attempt")
     print(where.describe_store(), file=sys.stderr)
-    store = open_store(where, redaction=args.redact, inventory=args.inventory or None)
+    inventory = load_for_redaction(args.inventory) if args.inventory else None
+    store = open_store(where, redaction=args.redact, inventory=inventory)
     retry = RetryPolicy(attempts=args.retries) if args.retries else None
     res = store.publish(run_dir, resume=args.resume, retry=retry, replace=args.replace,
                         on_wait=lambda msg: print(f"dlperf publish: {msg}", file=sys.stderr, flush=True))

@@ -28,6 +28,7 @@ from dlperf_tasks.remote.ssh import SSHPool
 from dlperf_tasks.history.check import check_run
 from dlperf_tasks.history.confirm import notify_only_confirmed
 from dlperf_tasks.remote import local
+from dlperf_tasks.remote.inventory import load_for_redaction
 
 log = logging.getLogger("dlperf.engine")
 
@@ -84,11 +85,11 @@ def publish_run(store, rd: RunDir, settings) -> str:
 def _resolved_inventory(settings):
     """The inventory with its credentials resolved as the trials resolved them (connections
     included), so the pre-publish leak check knows every secret they could print; its path when
-    they cannot be resolved here (the inventory file's own secrets are still read)."""
+    they cannot be resolved here, the file as it is (its own secrets are still read)."""
     try:
         return load_cluster(settings)
     except (DlperfError, NonRetriable, Retriable):
-        return settings.cluster
+        return load_for_redaction(settings.cluster)
 
 
 def publish(run_set: RunSet | Mapping[str, Any], summaries: list[Mapping[str, Any]], settings, group: str = "",

@@ -71,28 +71,21 @@ def write_outputs(rd: RunDir, results: list[TrialResult], meta: dict[str, Any], 
     reports, problem = _stragglers(rd.path, results)
     meta["stragglers"] = {"slow_nodes": sorted({n for r in reports for n in r.slow}),
                           "trials": [r.to_dict() for r in reports], **({"error": problem} if problem else {})}
-    tele = _telemetry()
-    summaries = tele.before_aggregate(rd.path, results, transports) if tele else {}
+    summaries = hooks.before_aggregate(rd.path, results, transports)
     if suite is not None and hasattr(suite, "launch_metadata"):
         meta["launch"] = suite.launch_metadata()  # model config shipped, optimizer, max_iter, accumulation (H4)
     result = build_result(cell_stats(results), meta, dlperf_model=dlperf_model_key(suite))
-    if tele:
-        history, why = loss_history_from_store(settings, meta.get("suite") or getattr(suite, "id", None),
-                                               {**meta, "run_id": rd.run_id})
-        tele.after_result(result, rd.path, results, summaries, plots_dir=rd.file("plots"), loss_history=history)
-        if why and settings is not None:
-            result["run"]["loss_history_note"] = why
+    history, why = loss_history_from_store(settings, meta.get("suite") or getattr(suite, "id", None),
+                                           {**meta, "run_id": rd.run_id})
+    hooks.after_result(result, rd.path, results, summaries, plots_dir=rd.file("plots"), loss_history=history)
+    if why and settings is not None:
+        result["run"]["loss_history_note"] = why
     write_result(result, rd.file("result.json"))
     rd.file("report.md").write_text(render_markdown(result) + _telemetry_section(result))
     _straggler_section(rd.path, reports, problem)
     write_plots(rd.path, result)
     write_index_files(rd.path, result)
     return result
-
-
-def _telemetry():
-    """The telemetry hooks (dlperf_tasks.telemetry.hooks)."""
-    return hooks
 
 
 def _telemetry_section(result: Mapping[str, Any]) -> str:

@@ -46,7 +46,7 @@ import yaml
 
 from dlperf_tasks.core.connection import connection_extra
 from dlperf_tasks.core import resolved_secrets
-from dlperf_tasks.core.errors import RemoteError
+from dlperf_tasks.core.errors import RemoteError, StoreError
 from dlperf_tasks.frameworks.base import NodeSpec
 
 _NODE_KEYS = {
@@ -389,3 +389,14 @@ def _has_registry(image: str) -> bool:
 
 def node_fields() -> list[str]:
     return [f.name for f in fields(Node)]
+
+
+def load_for_redaction(path: str | os.PathLike) -> Cluster:
+    """The inventory at ``path`` as the publish step's redaction needs it (host, node and user
+    names as the trials saw them, ``login`` aliases and defaults applied; its secrets, the
+    registry's included, registered with the leak check when read). One that cannot be loaded
+    stops the publish: StoreError naming the file."""
+    try:
+        return Cluster.from_yaml(path)
+    except Exception as exc:  # noqa: BLE001 - any reason: nothing is published unredacted
+        raise StoreError(f"redaction: cannot load inventory {path}: {exc}") from None
