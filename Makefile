@@ -6,7 +6,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-smoke test-env test test-unit lint run serve bench clean
+.PHONY: build-ext install install-smoke test-env test test-unit lint run serve bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -14,10 +14,14 @@ $(BIN)/python:
 
 # stamps: a second `make run`/`make test` installs nothing unless the lock or pyproject changed
 install: $(VENV)/.installed
-$(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
+$(VENV)/.installed: requirements.lock pyproject.toml setup.py $(wildcard dlperf_tasks/frameworks/_c*.c) | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.lock
-	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=compat
 	touch $@
+
+# the C scanners (setup.py) after a change to a dlperf_tasks/frameworks/_c*.c file
+build-ext: install
+	$(BIN)/python setup.py -q build_ext --inplace
 
 install-smoke: install $(VENV)/.installed-torch
 $(VENV)/.installed-torch: | $(BIN)/python
