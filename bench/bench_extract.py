@@ -259,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
             whole[sub] = _wholecmd.whole_command(tmp / "full", sub, gen[sub][0], Path(a.peer_dir) if a.peer_dir else None,
                                                  a.rounds, lambda d, sub=sub: grep_count(d, GREP[sub]))
         results["whole_command"] = whole
+        built = results["c_scanners"] = _wholecmd.scanners()
         print(f"\nwhole command on one core, median of {a.rounds} alternated runs ({machine()}, "
-              f"load {os.getloadavg()[0]:.1f})")
+              f"load {os.getloadavg()[0]:.1f}); C scanners: "
+              + (", ".join(f"{n} {'built' if ok else 'NOT BUILT (pure Python)'}" for n, ok in built.items()) or "none"))
         print(table(_wholecmd.HEADER, _wholecmd.rows(whole)))
         for sub, r in whole.items():
             if "speedup_vs_peer" in r:
