@@ -49,6 +49,11 @@ from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 from dlperf_tasks.core.samples import LazyFloats
 
+try:  # the compiled step-line scanner (setup.py builds it; same results as the Python path below)
+    from dlperf_tasks.frameworks import _cmxbert
+except ImportError:  # pragma: no cover - a machine without a C compiler
+    _cmxbert = None
+
 _STEP = re.compile(r"\[step (\d+)\]")
 _LATENCY = re.compile(r"latency=\s*(\S+?)\s*ms/(?:batch|step)")
 #: ``time={:.2f}`` (seconds over ``log_interval`` steps) of the versions that print no ``latency=``
@@ -234,13 +239,22 @@ class MxnetBertStream(LogStream):
     _last_loss: float | None = None  # mlm + nsp of the last step line that has both
 
     def scan(self, block: str) -> str | None:
-        parts = _BULK.split(block)  # first: the checks below then read only the text between step lines
-        rest = "".join(parts[0::5]) if len(parts) > 1 else block
+        cols = _cmxbert.scan(block) if _cmxbert is not None else None  # None: not ASCII, an odd value
+        if cols is None:
+            parts = _BULK.split(block)  # first: the checks below then read only the text between step lines
+            rest = "".join(parts[0::5]) if len(parts) > 1 else block
+        else:
+            rest = cols[0]
         if "Namespace(" in rest:  # before the step lines: its log_interval turns a 'time=' into ms per step
             for _, line in self.lines_with(rest, "Namespace("):
                 self._namespace(line)
         tagged = "]<std" in rest  # mpirun --tag-output prefixes (at line starts: never inside a step line)
-        out = None if tagged else self._bulk(parts, rest)
+        if tagged:
+            out = None
+        elif cols is None:
+            out = self._bulk(parts, rest)
+        else:
+            out = self._columns(*cols)
         if out is None:
             hits = self._each(block, tagged)
             if hits != block.count("throughput="):
@@ -253,11 +267,8 @@ class MxnetBertStream(LogStream):
         of a Python loop per line. Returns that in-between text (the crash-marker scan reads only
         it), or None to fall back to :meth:`_each`: a ``throughput=`` line the split did not take
         (other field order, a loss that is not a plain decimal: nan, inf, an exponent, garbage)."""
-        if "throughput=" in rest:
-            return None
-        n = (len(parts) - 1) // 5
-        if not n:
-            return rest
+        if (len(parts) - 1) // 5 == 0 or "throughput=" in rest:
+            return self._columns(rest, [], [], "", "")
         try:
             steps = list(map(int, parts[1::5]))
             lats = list(map(float, parts[4::5]))
@@ -265,11 +276,20 @@ class MxnetBertStream(LogStream):
             return None
         if not (min(lats) > 0 and sum(lats) < math.inf):
             return None  # a bad latency: the line-by-line path says which
-        mlm, nsp = parts[2::5], parts[3::5]
-        # plain decimals (the split took nothing else): finite, so the losses (mlm + nsp) are
-        # converted only if someone reads them
-        self.samples.add_columns(steps, lats, "ms/iter", loss=LazyFloats(n, operator.add, "\n".join(mlm), "\n".join(nsp)))
-        self._last_loss = float(mlm[-1]) + float(nsp[-1])
+        return self._columns(rest, steps, lats, "\n".join(parts[2::5]), "\n".join(parts[3::5]))
+
+    def _columns(self, rest: str, steps: list[int], lats: list[float], mlm: str, nsp: str) -> str | None:
+        """The columns of a block's step lines (:meth:`_bulk`'s, or the C scanner's: the same values,
+        latencies > 0 with a finite sum, ``mlm``/``nsp`` the loss texts joined by newlines)."""
+        if "throughput=" in rest:
+            return None
+        n = len(steps)
+        if not n:
+            return rest
+        # plain decimals (the split took nothing else): the losses (mlm + nsp) are converted only
+        # if someone reads them
+        self.samples.add_columns(steps, lats, "ms/iter", loss=LazyFloats(n, operator.add, mlm, nsp))
+        self._last_loss = float(mlm[mlm.rfind("\n") + 1:]) + float(nsp[nsp.rfind("\n") + 1:])
         self.fc._iters.update(steps)
         top = max(steps)
         if self.max_iteration is None or top > self.max_iteration:

@@ -1,0 +1,365 @@
+/* _cmxbert: the MXNet BERT (gluon-nlp run_pretraining.py) step-line scanner in C.
+ *
+ * scan(block) does what mxnet_bert._BULK.split(block) and the column conversions of
+ * MxnetBertStream._bulk do, in one pass over an ASCII str:
+ *
+ *     \[step ([0-9]++)\]\s*+mlm_loss=\s*+(PLAIN)\s++nsp_loss=\s*+(PLAIN)\s++
+ *     throughput=[^\n]*latency=\s*+(\S+)\s*ms/batch          PLAIN = -?[0-9]++(?:\.[0-9]++)?+
+ *
+ * with exactly the regex's semantics (``\s`` of a Python str pattern: \t\n\v\f\r, space and
+ * \x1c-\x1f; the greedy ``[^\n]*`` tries the line's last ``latency=`` first; ``\S+`` may give
+ * characters back, so ``250.1ms/batch`` matches). It returns
+ *
+ *     (rest, steps, latencies, mlm_text, nsp_text)
+ *
+ * rest: the text with every match removed ("".join(parts[0::5])), steps: list of int,
+ * latencies: list of float (the value float() gives), mlm_text/nsp_text: the loss texts joined
+ * by "\n" ("\n".join(parts[2::5])). Or None ("fall back": the caller runs the Python path) when
+ * the block is not ASCII, a step has more than 18 digits, or a latency is not a plain unsigned
+ * decimal (digits with at most one '.', at most 40 characters) whose value is > 0, or the sum
+ * of the latencies is not finite. Only CPython's C API is used.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+#include <math.h>
+
+#define MAX_STEP_DIGITS 18
+#define MAX_LAT_CHARS 40
+
+/* \s of a str pattern, for ASCII characters */
+static int
+is_space(unsigned char c)
+{
+    return (c >= 9 && c <= 13) || (c >= 28 && c <= 32);
+}
+
+static int
+is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* s[i:i+len(lit)] == lit, within n */
+static int
+has_at(const char *s, Py_ssize_t n, Py_ssize_t i, const char *lit, Py_ssize_t len)
+{
+    return i >= 0 && i <= n - len && memcmp(s + i, lit, (size_t)len) == 0;
+}
+
+static Py_ssize_t
+skip_space(const char *s, Py_ssize_t n, Py_ssize_t i)
+{
+    while (i < n && is_space((unsigned char)s[i]))
+        i++;
+    return i;
+}
+
+/* PLAIN at i: -?[0-9]++(?:\.[0-9]++)?+ ; returns its end or -1 */
+static Py_ssize_t
+plain_at(const char *s, Py_ssize_t n, Py_ssize_t i)
+{
+    if (i < n && s[i] == '-')
+        i++;
+    Py_ssize_t d = i;
+    while (i < n && is_digit((unsigned char)s[i]))
+        i++;
+    if (i == d)
+        return -1;
+    if (i + 1 < n && s[i] == '.' && is_digit((unsigned char)s[i + 1])) {
+        i += 2;
+        while (i < n && is_digit((unsigned char)s[i]))
+            i++;
+    }
+    return i;
+}
+
+typedef struct {
+    Py_ssize_t step0, step1, mlm0, mlm1, nsp0, nsp1, lat0, lat1, end;
+} Match;
+
+/* The latency part from the latency= at q: \s*+(\S+)\s*ms/batch. 1 and m->lat0/lat1/end set, or 0. */
+static int
+latency_at(const char *s, Py_ssize_t n, Py_ssize_t q, Match *m)
+{
+    Py_ssize_t j = skip_space(s, n, q + 8);
+    Py_ssize_t run = j;
+    while (run < n && !is_space((unsigned char)s[run]))
+        run++;
+    if (run == j)
+        return 0;
+    /* \S+ takes the whole run first: then \s* and "ms/batch" */
+    Py_ssize_t e = skip_space(s, n, run);
+    if (has_at(s, n, e, "ms/batch", 8)) {
+        m->lat0 = j;
+        m->lat1 = run;
+        m->end = e + 8;
+        return 1;
+    }
+    /* gives characters back: \s* then matches nothing (a \S follows), "ms/batch" must follow */
+    for (Py_ssize_t k = run - 1; k > j; k--) {
+        if (has_at(s, n, k, "ms/batch", 8)) {
+            m->lat0 = j;
+            m->lat1 = k;
+            m->end = k + 8;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The whole pattern at p (s[p:p+6] == "[step "). 1: match in *m; 0: none at p. */
+static int
+match_at(const char *s, Py_ssize_t n, Py_ssize_t p, Match *m)
+{
+    Py_ssize_t i = p + 6;
+    m->step0 = i;
+    while (i < n && is_digit((unsigned char)s[i]))
+        i++;
+    if (i == m->step0 || i >= n || s[i] != ']')
+        return 0;
+    m->step1 = i;
+    i = skip_space(s, n, i + 1);
+    if (!has_at(s, n, i, "mlm_loss=", 9))
+        return 0;
+    i = skip_space(s, n, i + 9);
+    m->mlm0 = i;
+    if ((i = plain_at(s, n, i)) < 0)
+        return 0;
+    m->mlm1 = i;
+    if (i >= n || !is_space((unsigned char)s[i]))
+        return 0;
+    i = skip_space(s, n, i);
+    if (!has_at(s, n, i, "nsp_loss=", 9))
+        return 0;
+    i = skip_space(s, n, i + 9);
+    m->nsp0 = i;
+    if ((i = plain_at(s, n, i)) < 0)
+        return 0;
+    m->nsp1 = i;
+    if (i >= n || !is_space((unsigned char)s[i]))
+        return 0;
+    i = skip_space(s, n, i);
+    if (!has_at(s, n, i, "throughput=", 11))
+        return 0;
+    i += 11;
+    /* [^\n]* is greedy: the line's last "latency=" is tried first, then each one before it */
+    const char *nl = memchr(s + i, '\n', (size_t)(n - i));
+    Py_ssize_t eol = nl ? nl - s : n;
+    for (Py_ssize_t q = eol - 8; q >= i; q--) {
+        if (s[q] == 'l' && has_at(s, n, q, "latency=", 8) && latency_at(s, n, q, m))
+            return 1;
+    }
+    return 0;
+}
+
+/* A plain unsigned decimal that float() reads as is: [0-9]*(\.[0-9]*)? with a digit */
+static int
+plain_latency(const char *s, Py_ssize_t len)
+{
+    int dots = 0, digits = 0;
+    if (len > MAX_LAT_CHARS)
+        return 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (s[i] == '.')
+            dots++;
+        else if (is_digit((unsigned char)s[i]))
+            digits++;
+        else
+            return 0;
+    }
+    return dots <= 1 && digits > 0;
+}
+
+typedef struct {
+    char *rest, *mlm, *nsp;
+    Py_ssize_t rest_n, mlm_n, nsp_n;
+    PyObject *steps, *lats;
+} Out;
+
+static void
+out_free(Out *o)
+{
+    PyMem_Free(o->rest);
+    PyMem_Free(o->mlm);
+    PyMem_Free(o->nsp);
+    Py_XDECREF(o->steps);
+    Py_XDECREF(o->lats);
+}
+
+static void
+put(char *buf, Py_ssize_t *len, const char *src, Py_ssize_t k)
+{
+    memcpy(buf + *len, src, (size_t)k);
+    *len += k;
+}
+
+static PyObject *
+ascii_str(const char *buf, Py_ssize_t len)
+{
+    PyObject *u = PyUnicode_New(len, 127);
+    if (u != NULL)
+        memcpy(PyUnicode_1BYTE_DATA(u), buf, (size_t)len);
+    return u;
+}
+
+/* -1: error set; 0: fall back; 1: the match's columns appended */
+static int
+add_match(Out *o, const char *s, const Match *m, PyObject **prev_step, long long *prev_step_v,
+          PyObject **prev_lat, Py_ssize_t *prev_lat0, Py_ssize_t *prev_lat1, double *sum)
+{
+    Py_ssize_t nd = m->step1 - m->step0;
+    if (nd > MAX_STEP_DIGITS)
+        return 0;
+    long long v = 0;
+    for (Py_ssize_t i = m->step0; i < m->step1; i++)
+        v = v * 10 + (s[i] - '0');
+    /* the same value as the step before: the same int object (steps come in runs, one line a rank) */
+    if (*prev_step == NULL || v != *prev_step_v) {
+        PyObject *x = PyLong_FromLongLong(v);
+        if (x == NULL)
+            return -1;
+        *prev_step = x;
+        *prev_step_v = v;
+        if (PyList_Append(o->steps, x) < 0) {
+            Py_DECREF(x);
+            return -1;
+        }
+        Py_DECREF(x); /* the list holds it; *prev_step borrows */
+    }
+    else if (PyList_Append(o->steps, *prev_step) < 0)
+        return -1;
+
+    Py_ssize_t ll = m->lat1 - m->lat0;
+    if (*prev_lat != NULL && ll == *prev_lat1 - *prev_lat0 && memcmp(s + m->lat0, s + *prev_lat0, (size_t)ll) == 0) {
+        if (PyList_Append(o->lats, *prev_lat) < 0)
+            return -1;
+        *sum += PyFloat_AS_DOUBLE(*prev_lat);
+    }
+    else {
+        if (!plain_latency(s + m->lat0, ll))
+            return 0;
+        char tok[MAX_LAT_CHARS + 1];
+        memcpy(tok, s + m->lat0, (size_t)ll);
+        tok[ll] = '\0';
+        char *end = NULL;
+        double d = PyOS_string_to_double(tok, &end, NULL);
+        if (d == -1.0 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_ValueError))
+                return -1;
+            PyErr_Clear(); /* not a number after all: the Python path says why */
+            return 0;
+        }
+        if (end != tok + ll || !(d > 0.0))
+            return 0;
+        PyObject *x = PyFloat_FromDouble(d);
+        if (x == NULL)
+            return -1;
+        if (PyList_Append(o->lats, x) < 0) {
+            Py_DECREF(x);
+            return -1;
+        }
+        Py_DECREF(x);
+        *prev_lat = x;
+        *prev_lat0 = m->lat0;
+        *prev_lat1 = m->lat1;
+        *sum += d;
+    }
+    if (o->mlm_n)
+        o->mlm[o->mlm_n++] = '\n';
+    put(o->mlm, &o->mlm_n, s + m->mlm0, m->mlm1 - m->mlm0);
+    if (o->nsp_n)
+        o->nsp[o->nsp_n++] = '\n';
+    put(o->nsp, &o->nsp_n, s + m->nsp0, m->nsp1 - m->nsp0);
+    return 1;
+}
+
+static PyObject *
+scan(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "scan() takes a str");
+        return NULL;
+    }
+    if (PyUnicode_READY(arg) < 0)
+        return NULL;
+    if (!PyUnicode_IS_ASCII(arg))
+        Py_RETURN_NONE;
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(arg);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(arg);
+
+    Out o = {0};
+    /* each output is at most the block's length (+1: PyMem_Malloc(0) is fine too) */
+    o.rest = PyMem_Malloc((size_t)n + 1);
+    o.mlm = PyMem_Malloc((size_t)n + 1);
+    o.nsp = PyMem_Malloc((size_t)n + 1);
+    o.steps = PyList_New(0);
+    o.lats = PyList_New(0);
+    if (!o.rest || !o.mlm || !o.nsp || !o.steps || !o.lats) {
+        out_free(&o);
+        return PyErr_NoMemory();
+    }
+
+    PyObject *prev_step = NULL, *prev_lat = NULL; /* borrowed from the lists */
+    long long prev_step_v = 0;
+    Py_ssize_t prev_lat0 = 0, prev_lat1 = 0;
+    double sum = 0.0;
+    Py_ssize_t last = 0, pos = 0;
+    Match m;
+    while (pos <= n - 6) {
+        const char *hit = memchr(s + pos, '[', (size_t)(n - pos));
+        if (hit == NULL)
+            break;
+        Py_ssize_t p = hit - s;
+        if (!has_at(s, n, p, "[step ", 6) || !match_at(s, n, p, &m)) {
+            pos = p + 1;
+            continue;
+        }
+        int r = add_match(&o, s, &m, &prev_step, &prev_step_v, &prev_lat, &prev_lat0, &prev_lat1, &sum);
+        if (r <= 0) {
+            out_free(&o);
+            if (r < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        put(o.rest, &o.rest_n, s + last, p - last);
+        last = pos = m.end;
+    }
+    if (!(sum < HUGE_VAL)) {
+        out_free(&o);
+        Py_RETURN_NONE;
+    }
+    put(o.rest, &o.rest_n, s + last, n - last);
+
+    PyObject *rest = ascii_str(o.rest, o.rest_n);
+    PyObject *mlm = rest ? ascii_str(o.mlm, o.mlm_n) : NULL;
+    PyObject *nsp = mlm ? ascii_str(o.nsp, o.nsp_n) : NULL;
+    PyObject *res = NULL;
+    if (nsp != NULL)
+        res = PyTuple_Pack(5, rest, o.steps, o.lats, mlm, nsp);
+    Py_XDECREF(rest);
+    Py_XDECREF(mlm);
+    Py_XDECREF(nsp);
+    out_free(&o);
+    return res;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_O,
+     "scan(block: str) -> (rest, steps, latencies, mlm_text, nsp_text) | None: the MXNet BERT step "
+     "lines of an ASCII block (None: fall back to the Python path)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_cmxbert",
+    "The MXNet BERT step-line scanner (an accelerator of mxnet_bert.MxnetBertStream; same results).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__cmxbert(void)
+{
+    return PyModule_Create(&module);
+}
