@@ -10,11 +10,12 @@
  * \x1c-\x1f; the greedy ``[^\n]*`` tries the line's last ``latency=`` first; ``\S+`` may give
  * characters back, so ``250.1ms/batch`` matches). It returns
  *
- *     (rest, steps, latencies, mlm_text, nsp_text)
+ *     (rest, clean, steps, latencies, mlm_text, nsp_text, runs)
  *
- * rest: the text with every match removed ("".join(parts[0::5])), steps: list of int,
- * latencies: list of float (the value float() gives), mlm_text/nsp_text: the loss texts joined
- * by "\n" ("\n".join(parts[2::5])). Or None ("fall back": the caller runs the Python path) when
+ * rest: the text with every match removed ("".join(parts[0::5])), clean: rest.replace("INFO:root:",
+ * ""), steps: list of int, latencies: list of float (the value float() gives), mlm_text/nsp_text:
+ * the loss texts joined by "\n" ("\n".join(parts[2::5])), runs: steps without consecutive repeats
+ * (the same set and maximum as steps; a step's lines come one per rank in a row). Or None ("fall back": the caller runs the Python path) when
  * the block is not ASCII, a step has more than 18 digits, or a latency is not a plain unsigned
  * decimal (digits with at most one '.', at most 40 characters) whose value is > 0, or the sum
  * of the latencies is not finite. Only CPython's C API is used.
@@ -22,6 +23,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <string.h>
 #include <math.h>
 
@@ -154,28 +156,59 @@ match_at(const char *s, Py_ssize_t n, Py_ssize_t p, Match *m)
     return 0;
 }
 
-/* A plain unsigned decimal that float() reads as is: [0-9]*(\.[0-9]*)? with a digit */
+/* A plain unsigned decimal that float() reads as is: [0-9]*(\.[0-9]*)? with a digit, and its value.
+ * 1: *out set; 0: not such a token, or its value is not > 0 (fall back); -1: error set.
+ * Up to 15 digits and 22 decimals: digits / 10^decimals, both exact doubles, and one IEEE division is
+ * correctly rounded, as float() is (David Gay's strtod takes the same path). Otherwise (or where C
+ * may evaluate doubles in extended precision) CPython's own PyOS_string_to_double. */
 static int
-plain_latency(const char *s, Py_ssize_t len)
+latency_value(const char *s, Py_ssize_t len, double *out)
 {
-    int dots = 0, digits = 0;
+    static const double tens[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                  1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    int dots = 0, digits = 0, decimals = 0;
+    long long v = 0;
     if (len > MAX_LAT_CHARS)
         return 0;
     for (Py_ssize_t i = 0; i < len; i++) {
         if (s[i] == '.')
             dots++;
-        else if (is_digit((unsigned char)s[i]))
+        else if (is_digit((unsigned char)s[i])) {
+            if (digits < 18)
+                v = v * 10 + (s[i] - '0');
             digits++;
+            decimals += dots;
+        }
         else
             return 0;
     }
-    return dots <= 1 && digits > 0;
+    if (dots > 1 || digits == 0)
+        return 0;
+#if FLT_EVAL_METHOD == 0
+    if (digits <= 15 && decimals <= 22) {
+        *out = (double)v / tens[decimals];
+        return *out > 0.0;
+    }
+#endif
+    char tok[MAX_LAT_CHARS + 1];
+    memcpy(tok, s, (size_t)len);
+    tok[len] = '\0';
+    char *end = NULL;
+    double d = PyOS_string_to_double(tok, &end, NULL);
+    if (d == -1.0 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            return -1;
+        PyErr_Clear(); /* not a number after all: the Python path says why */
+        return 0;
+    }
+    *out = d;
+    return end == tok + len && d > 0.0;
 }
 
 typedef struct {
     char *rest, *mlm, *nsp;
     Py_ssize_t rest_n, mlm_n, nsp_n;
-    PyObject *steps, *lats;
+    PyObject *steps, *lats, *runs;
 } Out;
 
 static void
@@ -186,6 +219,7 @@ out_free(Out *o)
     PyMem_Free(o->nsp);
     Py_XDECREF(o->steps);
     Py_XDECREF(o->lats);
+    Py_XDECREF(o->runs);
 }
 
 static void
@@ -222,7 +256,7 @@ add_match(Out *o, const char *s, const Match *m, PyObject **prev_step, long long
             return -1;
         *prev_step = x;
         *prev_step_v = v;
-        if (PyList_Append(o->steps, x) < 0) {
+        if (PyList_Append(o->steps, x) < 0 || PyList_Append(o->runs, x) < 0) {
             Py_DECREF(x);
             return -1;
         }
@@ -238,21 +272,10 @@ add_match(Out *o, const char *s, const Match *m, PyObject **prev_step, long long
         *sum += PyFloat_AS_DOUBLE(*prev_lat);
     }
     else {
-        if (!plain_latency(s + m->lat0, ll))
-            return 0;
-        char tok[MAX_LAT_CHARS + 1];
-        memcpy(tok, s + m->lat0, (size_t)ll);
-        tok[ll] = '\0';
-        char *end = NULL;
-        double d = PyOS_string_to_double(tok, &end, NULL);
-        if (d == -1.0 && PyErr_Occurred()) {
-            if (!PyErr_ExceptionMatches(PyExc_ValueError))
-                return -1;
-            PyErr_Clear(); /* not a number after all: the Python path says why */
-            return 0;
-        }
-        if (end != tok + ll || !(d > 0.0))
-            return 0;
+        double d;
+        int r = latency_value(s + m->lat0, ll, &d);
+        if (r <= 0)
+            return r;
         PyObject *x = PyFloat_FromDouble(d);
         if (x == NULL)
             return -1;
@@ -296,7 +319,8 @@ scan(PyObject *Py_UNUSED(module), PyObject *arg)
     o.nsp = PyMem_Malloc((size_t)n + 1);
     o.steps = PyList_New(0);
     o.lats = PyList_New(0);
-    if (!o.rest || !o.mlm || !o.nsp || !o.steps || !o.lats) {
+    o.runs = PyList_New(0);
+    if (!o.rest || !o.mlm || !o.nsp || !o.steps || !o.lats || !o.runs) {
         out_free(&o);
         return PyErr_NoMemory();
     }
@@ -332,13 +356,42 @@ scan(PyObject *Py_UNUSED(module), PyObject *arg)
     }
     put(o.rest, &o.rest_n, s + last, n - last);
 
+    /* the rest without python logging's "INFO:root:" prefixes (left to right, like str.replace: the
+     * literal cannot overlap itself), compacted in place once the rest is copied out (k <= cut) */
     PyObject *rest = ascii_str(o.rest, o.rest_n);
-    PyObject *mlm = rest ? ascii_str(o.mlm, o.mlm_n) : NULL;
+    PyObject *clean = NULL;
+    if (rest != NULL) {
+        Py_ssize_t k = 0, cut = 0, i = 0;
+        char *c = o.rest;
+        while (i <= o.rest_n - 10) {
+            const char *hit = memchr(o.rest + i, 'I', (size_t)(o.rest_n - 9 - i));
+            if (hit == NULL)
+                break;
+            i = hit - o.rest;
+            if (memcmp(hit, "INFO:root:", 10) == 0) {
+                memmove(c + k, o.rest + cut, (size_t)(i - cut));
+                k += i - cut;
+                cut = i = i + 10;
+            }
+            else
+                i++;
+        }
+        if (cut == 0) {
+            clean = rest;
+            Py_INCREF(clean);
+        }
+        else {
+            memmove(c + k, o.rest + cut, (size_t)(o.rest_n - cut));
+            clean = ascii_str(c, k + o.rest_n - cut);
+        }
+    }
+    PyObject *mlm = clean ? ascii_str(o.mlm, o.mlm_n) : NULL;
     PyObject *nsp = mlm ? ascii_str(o.nsp, o.nsp_n) : NULL;
     PyObject *res = NULL;
     if (nsp != NULL)
-        res = PyTuple_Pack(5, rest, o.steps, o.lats, mlm, nsp);
+        res = PyTuple_Pack(7, rest, clean, o.steps, o.lats, mlm, nsp, o.runs);
     Py_XDECREF(rest);
+    Py_XDECREF(clean);
     Py_XDECREF(mlm);
     Py_XDECREF(nsp);
     out_free(&o);
@@ -347,7 +400,7 @@ scan(PyObject *Py_UNUSED(module), PyObject *arg)
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O,
-     "scan(block: str) -> (rest, steps, latencies, mlm_text, nsp_text) | None: the MXNet BERT step "
+     "scan(block: str) -> (rest, clean, steps, latencies, mlm_text, nsp_text, runs) | None: the MXNet BERT step "
      "lines of an ASCII block (None: fall back to the Python path)."},
     {NULL, NULL, 0, NULL},
 };

@@ -178,14 +178,14 @@ class MxnetBert(Framework):
     def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
         world = cell.topology.world_size
         bsz = cell.batch_size_per_device
-        speeds = _speeds_by_step(parsed.samples, window.warmup, window.total, 1000.0 * bsz * world)
-        steps = [i for i in _needed_steps(speeds, window.total, parsed.facts.stride) if i > window.warmup]
-        missing = [i for i in steps if not speeds.get(i)]
+        medians = _median_speeds(parsed.samples, window.warmup, window.total, 1000.0 * bsz * world)
+        steps = [i for i in _needed_steps(medians, window.total, parsed.facts.stride) if i > window.warmup]
+        missing = [i for i in steps if i not in medians]
         if not steps:
             raise ValueError("mxnet_bert: no logged step inside the window (run check() first)")
         if missing:
             raise ValueError(f"mxnet_bert: steps {fmt_list(missing)} have no latency (run check() first)")
-        rows = [statistics.median(speeds[i]) for i in steps]
+        rows = [medians[i] for i in steps]
         return TrialMetric(value=round2(sum(rows) / len(rows)))
 
     plausible_max_per_gpu = 20000.0
@@ -233,6 +233,30 @@ def _speeds_by_step(samples, lo: int, hi: int, k: float) -> dict[int, list[float
     return speeds
 
 
+def _median_speeds(samples, lo: int, hi: int, k: float) -> dict[int, float]:
+    """step -> ``statistics.median`` of the ``k / latency`` of its lines, for ``lo < step <= hi``.
+
+    Steps in log order, every latency > 0 and finite, ``k`` > 0 (the usual case): ``k / v`` falls as
+    ``v`` grows (IEEE division is monotonic), so the median's one or two middle values are ``k`` over
+    the middle latencies: one sort of the latencies, one or two divisions a step, the same doubles
+    (``a + b`` is commutative). Anything else: :func:`_speeds_by_step` and ``statistics.median``."""
+    its, vals = samples.iteration, samples.value
+    if k > 0 and its and all(map(operator.le, its, itertools.islice(its, 1, None))):
+        a, b = bisect.bisect_right(its, lo), bisect.bisect_right(its, hi)
+        window = vals[a:b]
+        if window and min(window) > 0 and math.isfinite(sum(window)):  # no NaN, no inf: then min is right
+            out: dict[int, float] = {}
+            while a < b:
+                step = its[a]
+                end = bisect.bisect_right(its, step, a, b)
+                s = sorted(vals[a:end])
+                m = len(s) // 2
+                out[step] = k / s[m] if len(s) % 2 else (k / s[m - 1] + k / s[m]) / 2
+                a = end
+            return out
+    return {step: statistics.median(v) for step, v in _speeds_by_step(samples, lo, hi, k).items()}
+
+
 class MxnetBertStream(LogStream):
     """gluon-nlp ``run_pretraining.py`` log: ``[step N]`` lines of every rank, the Namespace line."""
 
@@ -248,6 +272,8 @@ class MxnetBertStream(LogStream):
         if "Namespace(" in rest:  # before the step lines: its log_interval turns a 'time=' into ms per step
             for _, line in self.lines_with(rest, "Namespace("):
                 self._namespace(line)
+                if self.fc.facts.args_source:  # every rank prints it: the first one is enough
+                    break
         tagged = "]<std" in rest  # mpirun --tag-output prefixes (at line starts: never inside a step line)
         if tagged:
             out = None
@@ -268,7 +294,7 @@ class MxnetBertStream(LogStream):
         it), or None to fall back to :meth:`_each`: a ``throughput=`` line the split did not take
         (other field order, a loss that is not a plain decimal: nan, inf, an exponent, garbage)."""
         if (len(parts) - 1) // 5 == 0 or "throughput=" in rest:
-            return self._columns(rest, [], [], "", "")
+            return self._columns(rest, rest, [], [], "", "", [])
         try:
             steps = list(map(int, parts[1::5]))
             lats = list(map(float, parts[4::5]))
@@ -276,11 +302,15 @@ class MxnetBertStream(LogStream):
             return None
         if not (min(lats) > 0 and sum(lats) < math.inf):
             return None  # a bad latency: the line-by-line path says which
-        return self._columns(rest, steps, lats, "\n".join(parts[2::5]), "\n".join(parts[3::5]))
+        clean = rest.replace("INFO:root:", "") if "INFO:root:" in rest else rest  # python logging's prefix
+        return self._columns(rest, clean, steps, lats, "\n".join(parts[2::5]), "\n".join(parts[3::5]), steps)
 
-    def _columns(self, rest: str, steps: list[int], lats: list[float], mlm: str, nsp: str) -> str | None:
-        """The columns of a block's step lines (:meth:`_bulk`'s, or the C scanner's: the same values,
-        latencies > 0 with a finite sum, ``mlm``/``nsp`` the loss texts joined by newlines)."""
+    def _columns(self, rest: str, clean: str, steps: list[int], lats: list[float], mlm: str, nsp: str,
+                 runs: list[int]) -> str | None:
+        """The columns of a block's step lines (:meth:`_bulk`'s, or the C scanner's :func:`_cmxbert.scan`:
+        the same values, latencies > 0 with a finite sum, ``mlm``/``nsp`` the loss texts joined by
+        newlines). ``clean``: ``rest`` without python logging's ``INFO:root:`` prefixes (what the
+        crash-marker scan reads); ``runs``: the steps or any list of the same set (fewer to add)."""
         if "throughput=" in rest:
             return None
         n = len(steps)
@@ -290,11 +320,11 @@ class MxnetBertStream(LogStream):
         # if someone reads them
         self.samples.add_columns(steps, lats, "ms/iter", loss=LazyFloats(n, operator.add, mlm, nsp))
         self._last_loss = float(mlm[mlm.rfind("\n") + 1:]) + float(nsp[nsp.rfind("\n") + 1:])
-        self.fc._iters.update(steps)
-        top = max(steps)
+        self.fc._iters.update(runs)
+        top = max(runs)
         if self.max_iteration is None or top > self.max_iteration:
             self.max_iteration = top
-        return rest.replace("INFO:root:", "") if "INFO:root:" in rest else rest  # python logging's prefix
+        return clean
 
     def _each(self, block: str, tagged: bool) -> int:
         samples, iters, ranks = self.samples, self.fc._iters, self.fc._ranks
