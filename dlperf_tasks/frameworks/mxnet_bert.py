@@ -49,10 +49,11 @@ from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 from dlperf_tasks.core.samples import LazyFloats
 
-try:  # the compiled step-line scanner (setup.py builds it; same results as the Python path below)
-    from dlperf_tasks.frameworks import _cmxbert
+try:  # the compiled step-line scanner and per-step reductions (setup.py builds them; same results as
+    # the Python code below, which they fall back to)
+    from dlperf_tasks.frameworks import _cmxbert, _cmxsteps
 except ImportError:  # pragma: no cover - a machine without a C compiler
-    _cmxbert = None
+    _cmxbert = _cmxsteps = None
 
 _STEP = re.compile(r"\[step (\d+)\]")
 _LATENCY = re.compile(r"latency=\s*(\S+?)\s*ms/(?:batch|step)")
@@ -241,6 +242,11 @@ def _median_speeds(samples, lo: int, hi: int, k: float) -> dict[int, float]:
     the middle latencies: one sort of the latencies, one or two divisions a step, the same doubles
     (``a + b`` is commutative). Anything else: :func:`_speeds_by_step` and ``statistics.median``."""
     its, vals = samples.iteration, samples.value
+    if _cmxsteps is not None and type(its) is list and type(vals) is list and type(lo) is int and type(hi) is int \
+            and -2**63 <= lo <= hi < 2**63:
+        got = _cmxsteps.medians(its, vals, lo, hi, k)  # None: not the usual case (see below)
+        if got is not None:
+            return got
     if k > 0 and its and all(map(operator.le, its, itertools.islice(its, 1, None))):
         a, b = bisect.bisect_right(its, lo), bisect.bisect_right(its, hi)
         window = vals[a:b]
@@ -409,7 +415,9 @@ class MxnetBertStream(LogStream):
         f.stride = as_int(keep.get("log_interval")) or f.stride
 
     def finish(self) -> None:
-        self.extra["lines_per_step"] = dict(Counter(self.samples.iteration))
+        its = self.samples.iteration
+        per_step = _cmxsteps.counts(its) if _cmxsteps is not None and type(its) is list else None
+        self.extra["lines_per_step"] = per_step if per_step is not None else dict(Counter(its))
         self.extra["tagged"] = bool(self.fc._ranks)
         if self._last_loss is not None:  # the last loss printed
             self.fc.facts.final_loss = self._last_loss

@@ -25,6 +25,7 @@ LINE = ("INFO:root:[step {s}]\tmlm_loss={mlm}\tnsp_loss= {nsp}\tthroughput=16.0K
 ODD = ["1e3", "nan", "inf", "-1", "0", "0.0", "1_0", "+5", ".5", "5.", "7" * 400, "0." + "0" * 400 + "1",
        "240.9ms", "2.4e2", "12345678901234567", "0.1234567890123456789012345", "1.", "-0.5", "٣"]
 _C = M._cmxbert
+_S = M._cmxsteps
 
 
 def _scan_c():
@@ -54,10 +55,12 @@ def _parse(text: str | bytes, cuts: list[int] | None = None, keep: bool = True) 
 def _both(monkeypatch, text, cuts=None, keep=True) -> str:
     fast = _parse(text, cuts, keep)
     monkeypatch.setattr(M, "_cmxbert", None)
+    monkeypatch.setattr(M, "_cmxsteps", None)
     try:
         slow = _parse(text, cuts, keep)
     finally:
         monkeypatch.setattr(M, "_cmxbert", _C)
+        monkeypatch.setattr(M, "_cmxsteps", _S)
     assert fast == slow
     return fast
 
@@ -104,9 +107,11 @@ def _bench_4n8g(src: str) -> str:
 
 # ------------------------------------------------------------------ built and used
 def test_the_extension_is_built_and_used():
-    from dlperf_tasks.frameworks import _cmxbert  # no silent fallback: `make install` builds it
+    from dlperf_tasks.frameworks import _cmxbert, _cmxsteps  # no silent fallback: `make install` builds them
 
-    assert M._cmxbert is _cmxbert
+    assert M._cmxbert is _cmxbert and M._cmxsteps is _cmxsteps
+    assert _cmxsteps.counts([3, 3, 4]) == {3: 2, 4: 1}
+    assert _cmxsteps.medians([1, 1, 2], [250.0, 200.0, 100.0], 0, 2, 1000.0) == {1: 4.5, 2: 10.0}
     block = (FIX / "bz32/1n8g/bert_b32_fp32_1.log").read_text()
     got = _cmxbert.scan(block)
     assert got is not None and len(got[2]) == block.count("throughput=")
@@ -261,6 +266,7 @@ def test_extract_results_same_on_the_fixture_trees(monkeypatch, tmp_path):
 
     fast = run()
     monkeypatch.setattr(M, "_cmxbert", None)
+    monkeypatch.setattr(M, "_cmxsteps", None)
     assert run() == fast
     assert len(fast) == 3 and all(t[1].value == "OK" for t in fast), fast
 
@@ -269,20 +275,25 @@ def _canon_samples(s) -> str:
     return repr([list(getattr(s, n)) for n in ("iteration", "value", "unit", "rank", "loss")])
 
 
-def test_median_speeds_same_doubles_as_statistics_median():
+@pytest.mark.parametrize("compiled", [True, False])
+def test_median_speeds_same_doubles_as_statistics_median(monkeypatch, compiled):
     import statistics
 
     from dlperf_tasks.core.model import Samples
 
+    if not compiled:
+        monkeypatch.setattr(M, "_cmxsteps", None)
     rng = random.Random(11)
-    for case in range(60):
+    for case in range(120):
         world = rng.randint(1, 9)
         rows = [(step, rng.choice([rng.uniform(1e-3, 1e4), round(rng.uniform(200, 300), 1)]))
                 for step in range(1, 41) for _ in range(world + (step % 3 == 0 and case % 2))]
         if case % 5 == 0:
             rng.shuffle(rows)  # not in step order: the generic path
         if case % 7 == 0:
-            rows[rng.randrange(len(rows))] = (25, rng.choice([math.inf, math.nan, -1.0, 0.0]))
+            rows[rng.randrange(len(rows))] = (25, rng.choice([math.inf, math.nan, -1.0, 0.0, 250, 1e308]))
+        if case % 11 == 0:
+            rows[rng.randrange(len(rows))] = (rng.choice([2**70, -5, 0]), 250.0)
         s = Samples()
         s.add_columns([r[0] for r in rows], [r[1] for r in rows], "ms/iter")
         k = 1000.0 * rng.choice([1, 32, 48]) * world
@@ -291,6 +302,22 @@ def test_median_speeds_same_doubles_as_statistics_median():
             return {i: statistics.median(v) for i, v in M._speeds_by_step(s, 10, 30, k).items()}
 
         assert _outcome(lambda: M._median_speeds(s, 10, 30, k)) == _outcome(want)
+
+
+def test_counts_same_as_counter():
+    from collections import Counter
+
+    rng = random.Random(12)
+    for case in range(200):
+        its = [rng.choice([rng.randint(0, 30), rng.randint(0, 3)]) for _ in range(rng.randint(0, 60))]
+        its.sort() if case % 2 else None
+        if case % 9 == 0 and its:
+            its[rng.randrange(len(its))] = rng.choice([2**64, -(2**70), 1.0, True, "7"])
+        got = _S.counts(its)
+        if all(type(i) is int for i in its):
+            assert repr(got) == repr(dict(Counter(its)))
+        else:
+            assert got is None
 
 
 def _outcome(fn) -> str:
