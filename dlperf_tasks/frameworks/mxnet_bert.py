@@ -240,11 +240,12 @@ def _median_speeds(samples, lo: int, hi: int, k: float) -> dict[int, float]:
     Steps in log order, every latency > 0 and finite, ``k`` > 0 (the usual case): ``k / v`` falls as
     ``v`` grows (IEEE division is monotonic), so the median's one or two middle values are ``k`` over
     the middle latencies: one sort of the latencies, one or two divisions a step, the same doubles
-    (``a + b`` is commutative). Anything else: :func:`_speeds_by_step` and ``statistics.median``."""
+    (``a + b`` is commutative); in C (:func:`_cmxsteps.medians`) when built. Anything else:
+    :func:`_speeds_by_step` and ``statistics.median``."""
     its, vals = samples.iteration, samples.value
-    if _cmxsteps is not None and type(its) is list and type(vals) is list and type(lo) is int and type(hi) is int \
-            and -2**63 <= lo <= hi < 2**63:
-        got = _cmxsteps.medians(its, vals, lo, hi, k)  # None: not the usual case (see below)
+    if _cmxsteps is not None and type(lo) is int and type(hi) is int and -2**63 <= min(lo, hi) <= max(lo, hi) < 2**63 \
+            and type(its) is list and type(vals) is list:
+        got = _cmxsteps.medians(its, vals, lo, hi, k)  # None: not the usual case
         if got is not None:
             return got
     if k > 0 and its and all(map(operator.le, its, itertools.islice(its, 1, None))):
