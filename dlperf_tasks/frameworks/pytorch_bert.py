@@ -44,6 +44,11 @@ import re
 from typing import Mapping
 
 from dlperf_tasks.frameworks._launch import container_path
+
+try:  # the compiled step-line reader (setup.py builds it; without it: the pure-Python path, same results)
+    from dlperf_tasks.frameworks import _cdll
+except ImportError:  # pragma: no cover - a machine without a C compiler
+    _cdll = None
 from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
@@ -315,6 +320,12 @@ class PytorchBertStream(LogStream):
     _banners = 0
 
     def scan(self, block: str) -> str:
+        fast = _cdll.scan(block) if _cdll is not None and not self._ordinal else None
+        if fast is not None and fast[2] and (
+                "skipped_steps : " in block or (self._last_step is not None and fast[2][0] <= self._last_step)):
+            fast = None  # ordinal numbering, or a repeated/backward step across blocks: the Python path
+        if fast is not None:
+            return self._scan_fast(block, *fast)
         parts = _DLL_FAST.split(block)  # [text, 10 groups, text, 10 groups, ...]: columns at C speed
         n = (len(parts) - 1) // 11
         if n and not self._ordinal and "skipped_steps : " in block:
@@ -327,6 +338,23 @@ class PytorchBertStream(LogStream):
             counts = _SKIPPED.findall(block)
             if counts:
                 self.fc.facts.skipped_steps = int(counts[-1])
+        self._other_lines(block)
+        # the crash-marker scan reads the rest; tqdm's bars stay in it: cutting them out (a regex
+        # ``sub``) cost more than the ``find`` passes over them (they hold no crash hint)
+        return "".join(parts[0::11]) if n else block
+
+    def _scan_fast(self, block: str, rest: str, epochs: int, raw: list, ts: list, losses: list) -> str:
+        """:meth:`scan` with the step lines read by :mod:`_cdll` (the bulk case of :meth:`_bulk`)."""
+        n = len(raw)
+        if n and not self._bulk_columns(raw, ts, losses):
+            self._steps(list(zip(*(_DLL_FAST.split(block)[i::11] for i in range(1, 11)))))
+        if n != epochs:
+            self._slow(block)
+        self._other_lines(block)
+        return rest
+
+    def _other_lines(self, block: str) -> None:
+        """The Config/PARAMETER lines, DLE's summary, the launcher's command line."""
         if "PARAMETER" in block:
             for _, line in self.lines_with(block, "PARAMETER"):
                 self._parameter(line)
@@ -337,9 +365,6 @@ class PytorchBertStream(LogStream):
             if marker in block:
                 for _, line in self.lines_with(block, marker):
                     self._launcher(line)
-        # the crash-marker scan reads the rest; tqdm's bars stay in it: cutting them out (a regex
-        # ``sub``) cost more than the ``find`` passes over them (they hold no crash hint)
-        return "".join(parts[0::11]) if n else block
 
     def _summary(self, line: str) -> None:
         m = _SUMMARY.search(line)
@@ -364,14 +389,20 @@ class PytorchBertStream(LogStream):
             if (self._last_step is not None and raw[0] <= self._last_step) or not all(
                     map(operator.lt, raw, raw[1:])):  # ints: strictly increasing, compared at C speed
                 return False  # a repeated or backward step: row by row (skipped step or restart)
-            off = self._offset
-            steps = [s + off for s in raw] if off else raw
             losses = list(map(float, losses_s))
             ts = clock_seconds(day, parts[4::11], parts[5::11], parts[6::11])
         except ValueError:
             return False
+        return self._bulk_columns(raw, ts, losses)
+
+    def _bulk_columns(self, raw: list[int], ts: list[float], losses: list[float]) -> bool:
+        """Add the block's columns (steps strictly increasing, after :attr:`_last_step`); False when a
+        loss is not finite (their sum tells: row by row then)."""
         if not -math.inf < sum(losses) < math.inf:
             return False
+        off = self._offset
+        steps = [s + off for s in raw] if off else raw
+        n = len(raw)
         self.samples.add_columns(steps, ts, "s", rank=[0] * n, timestamp=ts, loss=losses)
         self._last_step, self._last_ts = raw[-1], ts[-1]
         self.fc._iters.update(steps)
