@@ -155,9 +155,38 @@ static int plain_decimal(const unsigned char *s, Py_ssize_t n)
     return j == n;
 }
 
-/* Python's float() of an ASCII number text (correctly rounded); 0 when it cannot */
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* Python's float() of an ASCII number text (correctly rounded); 0 when it cannot. A plain
+ * "-?digits[.digits]" of at most 15 significant digits is M / 10**k with M and 10**k exact doubles
+ * (M < 2**53, k <= 22): one IEEE division, correctly rounded, the same double as strtod */
 static int to_double(const unsigned char *s, Py_ssize_t n, double *out)
 {
+    Py_ssize_t j = 0, nd = 0, k = 0;
+    int neg = 0, dot = 0;
+    uint64_t m = 0;
+    if (n > 0 && s[0] == '-') {
+        neg = 1;
+        j = 1;
+    }
+    for (; j < n; j++) {
+        if (is_digit(s[j])) {
+            if (++nd > 15)
+                break;
+            m = m * 10 + (uint64_t)(s[j] - '0');
+            k += dot;
+        } else if (s[j] == '.' && !dot) {
+            dot = 1;
+        } else {
+            break;
+        }
+    }
+    if (j == n && nd > 0) {
+        double v = (double)m / POW10[k];
+        *out = neg ? -v : v;
+        return 1;
+    }
     char buf[LOSS_MAX + 1];
     if (n > LOSS_MAX)
         return 0;
@@ -199,18 +228,38 @@ static int day_seconds(const unsigned char *s, Py_ssize_t n, int64_t *out)
     return 1;
 }
 
-static Py_ssize_t count_lit(const char *p, Py_ssize_t n, const char *lit, Py_ssize_t len)
+/* non-overlapping occurrences of lit (len >= 1) in p[0..n), like str.count */
+static Py_ssize_t count_lit(const unsigned char *p, Py_ssize_t n, const char *lit, Py_ssize_t len)
 {
-    Py_ssize_t c = 0;
-    const char *q = p, *end = p + n;
-    while (end - q >= len) {
-        const char *f = memmem(q, (size_t)(end - q), lit, (size_t)len);
+    Py_ssize_t c = 0, i = 0;
+    while (n - i >= len) {
+        const unsigned char *f = memchr(p + i, lit[0], (size_t)(n - i - len + 1));
         if (!f)
             break;
-        c++;
-        q = f + len;
+        i = f - p;
+        if (memcmp(p + i, lit, (size_t)len) == 0) {
+            c++;
+            i += len;
+        } else {
+            i++;
+        }
     }
     return c;
+}
+
+/* the next "DLL " at or after i, or -1 */
+static Py_ssize_t next_dll(const unsigned char *p, Py_ssize_t n, Py_ssize_t i)
+{
+    while (n - i >= 4) {
+        const unsigned char *f = memchr(p + i, 'D', (size_t)(n - i - 3));
+        if (!f)
+            return -1;
+        i = f - p;
+        if (p[i + 1] == 'L' && p[i + 2] == 'L' && p[i + 3] == ' ')
+            return i;
+        i++;
+    }
+    return -1;
 }
 
 static PyObject *fail(PyObject *a, PyObject *b, PyObject *c)
@@ -244,82 +293,93 @@ static PyObject *scan(PyObject *self, PyObject *arg)
         Py_XDECREF(losses);
         return NULL;
     }
-    Py_ssize_t removed = 0, date0 = -1, date0_len = 0;
+    Py_ssize_t nm = 0, cap = 0, date0 = -1, date0_len = 0;
+    Py_ssize_t *spans = NULL;  /* start, end of each match */
     int64_t day = 0;
     long long last = -1;
     Match m;
-    /* pass 1: the matches, their values; pass 2 (below) copies the text between them */
-    Py_ssize_t i = 0;
-    while (i + 4 <= n) {
-        const unsigned char *f = memmem(p + i, (size_t)(n - i), "DLL ", 4);
-        if (!f)
-            break;
-        i = f - p;
+    PyObject *rest = NULL;
+    for (Py_ssize_t i = next_dll(p, n, 0); i >= 0; i = next_dll(p, n, i)) {
         if (!match_at(p, n, i, &m)) {
             i += 1;
             continue;
         }
         if (m.loss_len == 0 || m.step_len > 18)
-            return fail(steps, ts, losses);
+            goto fallback;
         if (date0 < 0) {
             date0 = m.date;
             date0_len = m.date_len;
             if (!day_seconds(p + m.date, m.date_len, &day))
-                return fail(steps, ts, losses);
+                goto fallback;
         } else if (m.date_len != date0_len || memcmp(p + m.date, p + date0, (size_t)date0_len) != 0) {
-            return fail(steps, ts, losses);
+            goto fallback;
         }
         long long step = (long long)parse_long(p + m.step, m.step_len);
         if (step <= last)
-            return fail(steps, ts, losses);
+            goto fallback;
         last = step;
         double secs, loss;
         if (!to_double(p + m.secs, m.secs_len, &secs) || !plain_decimal(p + m.loss, m.loss_len)
                 || !to_double(p + m.loss, m.loss_len, &loss) || !isfinite(loss))
-            return fail(steps, ts, losses);
+            goto fallback;
         double base = (double)(day + (int64_t)m.h * 3600 + (int64_t)m.mi * 60);
         if (!append_steal(steps, PyLong_FromLongLong(step)) || !append_steal(ts, PyFloat_FromDouble(base + secs))
-                || !append_steal(losses, PyFloat_FromDouble(loss))) {
-            Py_DECREF(steps);
-            Py_DECREF(ts);
-            Py_DECREF(losses);
-            return NULL;
+                || !append_steal(losses, PyFloat_FromDouble(loss)))
+            goto error;
+        if (nm == cap) {
+            cap = cap ? 2 * cap : 256;
+            Py_ssize_t *grown = PyMem_Realloc(spans, (size_t)cap * 2 * sizeof *spans);
+            if (!grown) {
+                PyErr_NoMemory();
+                goto error;
+            }
+            spans = grown;
         }
-        removed += m.end - m.start;
+        spans[2 * nm] = m.start;
+        spans[2 * nm + 1] = m.end;
+        nm++;
         i = m.end;
     }
-    Py_ssize_t epochs = count_lit((const char *)p, n, "Training Epoch: ", 16);
-    PyObject *rest;
-    if (removed == 0) {
+    Py_ssize_t removed = 0;
+    for (Py_ssize_t a = 0; a < nm; a++)
+        removed += spans[2 * a + 1] - spans[2 * a];
+    Py_ssize_t epochs = nm;  /* each match holds one "Training Epoch: "; the rest: counted in the gaps */
+    if (nm == 0) {
         rest = arg;
         Py_INCREF(rest);
+        epochs = count_lit(p, n, "Training Epoch: ", 16);
     } else {
-        rest = PyUnicode_New(n - removed, 127);
-        if (!rest) {
-            Py_DECREF(steps);
-            Py_DECREF(ts);
-            Py_DECREF(losses);
-            return NULL;
-        }
+        if (!(rest = PyUnicode_New(n - removed, 127)))
+            goto error;
         unsigned char *out = PyUnicode_1BYTE_DATA(rest);
         Py_ssize_t from = 0, o = 0;
-        i = 0;
-        while (i + 4 <= n) {  /* the same matches again (cheap: the block's DLL lines are in cache) */
-            const unsigned char *f = memmem(p + i, (size_t)(n - i), "DLL ", 4);
-            if (!f)
-                break;
-            i = f - p;
-            if (!match_at(p, n, i, &m)) {
-                i += 1;
-                continue;
-            }
-            memcpy(out + o, p + from, (size_t)(m.start - from));
-            o += m.start - from;
-            from = i = m.end;
+        for (Py_ssize_t a = 0; a <= nm; a++) {
+            Py_ssize_t to = a < nm ? spans[2 * a] : n;
+            memcpy(out + o, p + from, (size_t)(to - from));
+            o += to - from;
+            if (a < nm)
+                from = spans[2 * a + 1];
         }
-        memcpy(out + o, p + from, (size_t)(n - from));
+        /* an occurrence may straddle a removed span in the rest: count in the original gaps */
+        from = 0;
+        for (Py_ssize_t a = 0; a <= nm; a++) {
+            Py_ssize_t to = a < nm ? spans[2 * a] : n;
+            epochs += count_lit(p + from, to - from, "Training Epoch: ", 16);
+            if (a < nm)
+                from = spans[2 * a + 1];
+        }
     }
+    PyMem_Free(spans);
     return Py_BuildValue("(NnNNN)", rest, epochs, steps, ts, losses);
+fallback:
+    PyMem_Free(spans);
+    return fail(steps, ts, losses);
+error:
+    PyMem_Free(spans);
+    Py_DECREF(steps);
+    Py_DECREF(ts);
+    Py_DECREF(losses);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
