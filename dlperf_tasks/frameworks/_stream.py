@@ -28,6 +28,11 @@ from typing import Iterable
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, FactCollector, strip_tag
 from dlperf_tasks.core.model import LogFacts, ParsedLog, Sample, Samples
 
+try:  # the compiled block passes (setup.py builds it; without it: the same passes in Python, same results)
+    from dlperf_tasks.frameworks import _cstream
+except ImportError:  # pragma: no cover - a machine without a C compiler
+    _cstream = None
+
 
 
 #: the UTF-8 of U+2580-U+259F (block elements): tqdm draws its bars with them (DLE logs are full of
@@ -167,7 +172,7 @@ class LogStream:
         """Add the next piece of the log (may end in the middle of a line)."""
         if isinstance(chunk, (bytes, bytearray)):
             if not chunk.isascii():
-                chunk = _BAR_GLYPHS.sub(b"#", chunk)
+                chunk = _BAR_GLYPHS.sub(b"#", chunk) if _cstream is None else _cstream.bars(bytes(chunk))
             text = self._decoder.decode(bytes(chunk))
         else:
             text = chunk
@@ -194,7 +199,8 @@ class LogStream:
         self._pending = text[cut + 1:]
         block = text[:cut + 1]
         if "\r" in block:
-            block = block.replace("\r\n", "\n").replace("\r", "\n")
+            crlf = _cstream.newlines(block) if _cstream is not None else None
+            block = crlf if crlf is not None else block.replace("\r\n", "\n").replace("\r", "\n")
         if self._skipping:
             block = block[block.index("\n") + 1:]
             self._skipping = False
@@ -250,14 +256,20 @@ class LogStream:
 
     def _crash_scan(self, block: str) -> None:
         fc = self.fc
-        if len(block) >= _SHAPES_FROM and block.isascii() and not _may_hold_hint(block):
+        hints = _CRASH_HINTS
+        mask = _cstream.which(block, _CRASH_HINTS) if _cstream is not None else None
+        if mask is not None:  # one pass: only the hints that occur are looked for below (same lines, same order)
+            if not mask:
+                return
+            hints = [h for i, h in enumerate(_CRASH_HINTS) if mask >> i & 1]
+        elif len(block) >= _SHAPES_FROM and block.isascii() and not _may_hold_hint(block):
             return
         if len(block) >= _DEDUPE_FROM and block.endswith("\n"):
             # every rank prints the same setup lines (MXNet BERT 4n8g: 32 Namespace lines of ~4 KB):
             # scan each distinct line once. Same markers in the same order: a repeated line adds
             # nothing to FactCollector.crash_line (same text, same key)
             block = "\n".join(dict.fromkeys(block.split("\n")))
-        for hint in _CRASH_HINTS:
+        for hint in hints:
             pos = block.find(hint)
             while pos >= 0:
                 start = block.rfind("\n", 0, pos) + 1

@@ -46,9 +46,9 @@ from typing import Mapping
 from dlperf_tasks.frameworks._launch import container_path
 
 try:  # the compiled step-line reader (setup.py builds it; without it: the pure-Python path, same results)
-    from dlperf_tasks.frameworks import _cdll
+    from dlperf_tasks.frameworks import _cdll, _cstream
 except ImportError:  # pragma: no cover - a machine without a C compiler
-    _cdll = None
+    _cdll = _cstream = None
 from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
@@ -321,11 +321,12 @@ class PytorchBertStream(LogStream):
 
     def scan(self, block: str) -> str:
         fast = _cdll.scan(block) if _cdll is not None and not self._ordinal else None
-        if fast is not None and fast[2] and (
-                "skipped_steps : " in block or (self._last_step is not None and fast[2][0] <= self._last_step)):
+        found = _cstream.which(block, _LITERALS) if fast is not None else None
+        if found is None or (fast[2] and (found & 1 or (
+                self._last_step is not None and fast[2][0] <= self._last_step))):
             fast = None  # ordinal numbering, or a repeated/backward step across blocks: the Python path
         if fast is not None:
-            return self._scan_fast(block, *fast)
+            return self._scan_fast(block, found, *fast)
         parts = _DLL_FAST.split(block)  # [text, 10 groups, text, 10 groups, ...]: columns at C speed
         n = (len(parts) - 1) // 11
         if n and not self._ordinal and "skipped_steps : " in block:
@@ -343,28 +344,26 @@ class PytorchBertStream(LogStream):
         # ``sub``) cost more than the ``find`` passes over them (they hold no crash hint)
         return "".join(parts[0::11]) if n else block
 
-    def _scan_fast(self, block: str, rest: str, epochs: int, raw: list, ts: list, losses: list) -> str:
-        """:meth:`scan` with the step lines read by :mod:`_cdll` (the bulk case of :meth:`_bulk`)."""
+    def _scan_fast(self, block: str, found: int, rest: str, epochs: int, raw: list, ts: list, losses: list) -> str:
+        """:meth:`scan` with the step lines read by :mod:`_cdll` (the bulk case of :meth:`_bulk`) and the
+        literals of :data:`_LITERALS` found in one pass (``found``: bit i for ``_LITERALS[i]``)."""
         n = len(raw)
         if n and not self._bulk_columns(raw, ts, losses):
             self._steps(list(zip(*(_DLL_FAST.split(block)[i::11] for i in range(1, 11)))))
         if n != epochs:
             self._slow(block)
-        self._other_lines(block)
+        self._other_lines(block, found)
         return rest
 
-    def _other_lines(self, block: str) -> None:
-        """The Config/PARAMETER lines, DLE's summary, the launcher's command line."""
-        if "PARAMETER" in block:
-            for _, line in self.lines_with(block, "PARAMETER"):
-                self._parameter(line)
-        if "training_sequences_per_second" in block:
-            for _, line in self.lines_with(block, "training_sequences_per_second"):
-                self._summary(line)
-        for marker in ("torch.distributed.launch", "torchrun"):
-            if marker in block:
-                for _, line in self.lines_with(block, marker):
-                    self._launcher(line)
+    def _other_lines(self, block: str, found: int | None = None) -> None:
+        """The Config/PARAMETER lines, DLE's summary, the launcher's command line (``found``: which of
+        :data:`_LITERALS` occur, None: look)."""
+        for bit, literal, read in ((2, "PARAMETER", self._parameter),
+                                   (4, "training_sequences_per_second", self._summary),
+                                   (8, "torch.distributed.launch", self._launcher), (16, "torchrun", self._launcher)):
+            if (found & bit) if found is not None else literal in block:
+                for _, line in self.lines_with(block, literal):
+                    read(line)
 
     def _summary(self, line: str) -> None:
         m = _SUMMARY.search(line)
@@ -488,6 +487,8 @@ class PytorchBertStream(LogStream):
             self.fc.facts.args["launcher"] = "torch.distributed.launch"
 
 
+#: the literals :meth:`PytorchBertStream.scan` looks for, in one pass (bit i: ``_LITERALS[i]``)
+_LITERALS = ("skipped_steps : ", "PARAMETER", "training_sequences_per_second", "torch.distributed.launch", "torchrun")
 _DLL_FAST = re.compile(
     r"DLL (\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2}(?:\.\d{1,6})?+) - "
     r"Training Epoch: (\d+) Training Iteration: (\d+)\b[ \t]*(?:(average_loss|final_loss|step_loss) : (\S+))?")

@@ -1,0 +1,174 @@
+/* Generic per-block passes of dlperf_tasks.frameworks._stream.LogStream, in C.
+ *
+ * bars(data: bytes) -> bytes
+ *     every UTF-8 tqdm block glyph (U+2580-U+259F, bytes E2 96 80-9F) replaced by "#": what
+ *     _stream._BAR_GLYPHS.sub(b"#", data) gives.
+ * newlines(text: str) -> str | None
+ *     "\r\n" and a lone "\r" read as "\n": text.replace("\r\n", "\n").replace("\r", "\n").
+ *     None for a non-ASCII text (the caller then does the replace itself).
+ * which(text: str, literals: tuple[str, ...]) -> int | None
+ *     bit i set when literals[i] occurs in text (one pass, a bigram table of the literals' first two
+ *     characters). None for a non-ASCII text. The literals: ASCII, 2 to 255 characters, at most 63.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_LITERALS 63
+
+static PyObject *bars(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "bars() takes bytes");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t n = PyBytes_GET_SIZE(arg), hits = 0;
+    for (Py_ssize_t i = 0; i + 3 <= n;) {
+        const unsigned char *f = memchr(p + i, 0xe2, (size_t)(n - i - 2));
+        if (!f)
+            break;
+        i = f - p;
+        if (p[i + 1] == 0x96 && p[i + 2] >= 0x80 && p[i + 2] <= 0x9f) {
+            hits++;
+            i += 3;
+        } else {
+            i++;
+        }
+    }
+    if (hits == 0) {
+        Py_INCREF(arg);
+        return arg;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n - 2 * hits);
+    if (!out)
+        return NULL;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    Py_ssize_t from = 0, w = 0;
+    for (Py_ssize_t i = 0; i + 3 <= n;) {
+        const unsigned char *f = memchr(p + i, 0xe2, (size_t)(n - i - 2));
+        if (!f)
+            break;
+        i = f - p;
+        if (p[i + 1] == 0x96 && p[i + 2] >= 0x80 && p[i + 2] <= 0x9f) {
+            memcpy(o + w, p + from, (size_t)(i - from));
+            w += i - from;
+            o[w++] = '#';
+            i += 3;
+            from = i;
+        } else {
+            i++;
+        }
+    }
+    memcpy(o + w, p + from, (size_t)(n - from));
+    return out;
+}
+
+static PyObject *newlines(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "newlines() takes a str");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(arg))
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(arg);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(arg), pairs = 0, crs = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        const unsigned char *f = memchr(p + i, '\r', (size_t)(n - i));
+        if (!f)
+            break;
+        i = f - p;
+        crs++;
+        if (i + 1 < n && p[i + 1] == '\n') {
+            pairs++;
+            i += 2;
+        } else {
+            i++;
+        }
+    }
+    if (crs == 0) {
+        Py_INCREF(arg);
+        return arg;
+    }
+    PyObject *out = PyUnicode_New(n - pairs, 127);
+    if (!out)
+        return NULL;
+    unsigned char *o = PyUnicode_1BYTE_DATA(out);
+    Py_ssize_t from = 0, w = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        const unsigned char *f = memchr(p + i, '\r', (size_t)(n - i));
+        if (!f)
+            break;
+        i = f - p;
+        memcpy(o + w, p + from, (size_t)(i - from));
+        w += i - from;
+        o[w++] = '\n';
+        i += (i + 1 < n && p[i + 1] == '\n') ? 2 : 1;
+        from = i;
+    }
+    memcpy(o + w, p + from, (size_t)(n - from));
+    return out;
+}
+
+static PyObject *which(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *text, *lits;
+    if (!PyArg_ParseTuple(args, "UO!:which", &text, &PyTuple_Type, &lits))
+        return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(lits);
+    if (k > MAX_LITERALS) {
+        PyErr_SetString(PyExc_ValueError, "which(): at most 63 literals");
+        return NULL;
+    }
+    const unsigned char *lit[MAX_LITERALS];
+    Py_ssize_t len[MAX_LITERALS];
+    for (Py_ssize_t a = 0; a < k; a++) {
+        PyObject *s = PyTuple_GET_ITEM(lits, a);
+        if (!PyUnicode_Check(s) || !PyUnicode_IS_ASCII(s) || PyUnicode_GET_LENGTH(s) < 2
+                || PyUnicode_GET_LENGTH(s) > 255) {
+            PyErr_SetString(PyExc_ValueError, "which(): each literal is an ASCII str of 2 to 255 characters");
+            return NULL;
+        }
+        lit[a] = PyUnicode_1BYTE_DATA(s);
+        len[a] = PyUnicode_GET_LENGTH(s);
+    }
+    if (!PyUnicode_IS_ASCII(text))
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    uint64_t table[65536 / 64];  /* bit (c0 | c1 << 8): some literal starts with c0 c1 */
+    memset(table, 0, sizeof table);
+    for (Py_ssize_t a = 0; a < k; a++) {
+        unsigned b = lit[a][0] | (unsigned)lit[a][1] << 8;
+        table[b >> 6] |= (uint64_t)1 << (b & 63);
+    }
+    uint64_t all = k ? (((uint64_t)1 << k) - 1) : 0, found = 0;
+    for (Py_ssize_t i = 0; i + 1 < n && found != all; i++) {
+        unsigned b = p[i] | (unsigned)p[i + 1] << 8;
+        if (!(table[b >> 6] >> (b & 63) & 1))
+            continue;
+        for (Py_ssize_t a = 0; a < k; a++) {
+            if (lit[a][0] == p[i] && lit[a][1] == p[i + 1] && n - i >= len[a]
+                    && memcmp(p + i + 2, lit[a] + 2, (size_t)(len[a] - 2)) == 0)
+                found |= (uint64_t)1 << a;
+        }
+    }
+    return PyLong_FromUnsignedLongLong(found);
+}
+
+static PyMethodDef methods[] = {
+    {"bars", bars, METH_O, "bars(data) -> data with tqdm's block glyphs (UTF-8 U+2580-U+259F) read as '#'"},
+    {"newlines", newlines, METH_O, "newlines(text) -> text with \\r\\n and \\r read as \\n, or None (non-ASCII)"},
+    {"which", which, METH_VARARGS, "which(text, literals) -> bit mask of the literals that occur, or None (non-ASCII)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cstream", "Generic per-block log passes in C.", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__cstream(void) { return PyModule_Create(&module); }
