@@ -7,8 +7,8 @@
  *     "\r\n" and a lone "\r" read as "\n": text.replace("\r\n", "\n").replace("\r", "\n").
  *     None for a non-ASCII text (the caller then does the replace itself).
  * which(text: str, literals: tuple[str, ...]) -> int | None
- *     bit i set when literals[i] occurs in text (one pass, a bigram table of the literals' first two
- *     characters). None for a non-ASCII text. The literals: ASCII, 2 to 255 characters, at most 63.
+ *     bit i set when literals[i] occurs in text, in one pass (Wu-Manber skips when the shortest
+ *     literal is long enough, else a bigram table of the literals' first two characters). None for a non-ASCII text. The literals: ASCII, 2 to 255 characters, at most 63.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -114,6 +114,37 @@ static PyObject *newlines(PyObject *self, PyObject *arg)
     return out;
 }
 
+/* the shortest literal at least this long: Wu-Manber (skips), else one bigram test per position */
+#define WM_FROM 6
+
+/* Wu-Manber with 2-character blocks: a window of m (the shortest literal's length) characters; the last
+ * two of the window say how far it can move on without skipping an occurrence's first m characters;
+ * 0: some literal's first m characters end with them, every literal is compared there */
+static void which_wm(const unsigned char *p, Py_ssize_t n, const unsigned char **lit, const Py_ssize_t *len,
+                     Py_ssize_t k, Py_ssize_t m, uint64_t all, uint64_t *found)
+{
+    static unsigned char shift[65536];  /* the GIL is held: one call at a time */
+    memset(shift, (int)(m - 1), sizeof shift);
+    for (Py_ssize_t a = 0; a < k; a++)
+        for (Py_ssize_t q = 0; q + 2 <= m; q++) {
+            unsigned b = lit[a][q] | (unsigned)lit[a][q + 1] << 8;
+            unsigned char sh = (unsigned char)(m - q - 2);
+            if (sh < shift[b])
+                shift[b] = sh;
+        }
+    for (Py_ssize_t i = 0; i + m <= n && *found != all;) {  /* window p[i..i+m) */
+        unsigned char sh = shift[p[i + m - 2] | (unsigned)p[i + m - 1] << 8];
+        if (sh) {
+            i += sh;
+            continue;
+        }
+        for (Py_ssize_t a = 0; a < k; a++)
+            if (n - i >= len[a] && memcmp(p + i, lit[a], (size_t)len[a]) == 0)
+                *found |= (uint64_t)1 << a;
+        i++;
+    }
+}
+
 static PyObject *which(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -141,21 +172,28 @@ static PyObject *which(PyObject *self, PyObject *args)
         Py_RETURN_NONE;
     const unsigned char *p = PyUnicode_1BYTE_DATA(text);
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    uint64_t table[65536 / 64];  /* bit (c0 | c1 << 8): some literal starts with c0 c1 */
-    memset(table, 0, sizeof table);
-    for (Py_ssize_t a = 0; a < k; a++) {
-        unsigned b = lit[a][0] | (unsigned)lit[a][1] << 8;
-        table[b >> 6] |= (uint64_t)1 << (b & 63);
-    }
+    Py_ssize_t m = 255;
+    for (Py_ssize_t a = 0; a < k; a++)
+        m = len[a] < m ? len[a] : m;
     uint64_t all = k ? (((uint64_t)1 << k) - 1) : 0, found = 0;
-    for (Py_ssize_t i = 0; i + 1 < n && found != all; i++) {
-        unsigned b = p[i] | (unsigned)p[i + 1] << 8;
-        if (!(table[b >> 6] >> (b & 63) & 1))
-            continue;
+    if (m >= WM_FROM) {
+        which_wm(p, n, lit, len, k, m, all, &found);
+    } else {
+        uint64_t table[65536 / 64];  /* bit (c0 | c1 << 8): some literal starts with c0 c1 */
+        memset(table, 0, sizeof table);
         for (Py_ssize_t a = 0; a < k; a++) {
-            if (lit[a][0] == p[i] && lit[a][1] == p[i + 1] && n - i >= len[a]
-                    && memcmp(p + i + 2, lit[a] + 2, (size_t)(len[a] - 2)) == 0)
-                found |= (uint64_t)1 << a;
+            unsigned b = lit[a][0] | (unsigned)lit[a][1] << 8;
+            table[b >> 6] |= (uint64_t)1 << (b & 63);
+        }
+        for (Py_ssize_t i = 0; i + 1 < n && found != all; i++) {
+            unsigned b = p[i] | (unsigned)p[i + 1] << 8;
+            if (!(table[b >> 6] >> (b & 63) & 1))
+                continue;
+            for (Py_ssize_t a = 0; a < k; a++) {
+                if (lit[a][0] == p[i] && lit[a][1] == p[i + 1] && n - i >= len[a]
+                        && memcmp(p + i + 2, lit[a] + 2, (size_t)(len[a] - 2)) == 0)
+                    found |= (uint64_t)1 << a;
+            }
         }
     }
     return PyLong_FromUnsignedLongLong(found);

@@ -153,6 +153,9 @@ class LogStream:
     #: False: samples are dropped after each block (a watchdog that needs only ``max_iteration``
     #: keeps constant memory however long the log); facts are still collected
     keep_samples = True
+    #: set by :meth:`scan` when it already knows which crash hints occur in the text it returns: bit i
+    #: for ``_CRASH_HINTS[i]`` (the crash-marker scan of that text then skips its own search)
+    rest_hints: int | None = None
 
     def __init__(self, max_lines: int | None = None) -> None:
         self.fc = FactCollector()
@@ -257,7 +260,9 @@ class LogStream:
     def _crash_scan(self, block: str) -> None:
         fc = self.fc
         hints = _CRASH_HINTS
-        mask = _cstream.which(block, _CRASH_HINTS) if _cstream is not None else None
+        mask, self.rest_hints = self.rest_hints, None
+        if mask is None and _cstream is not None:
+            mask = _cstream.which(block, _CRASH_HINTS)
         if mask is not None:  # one pass: only the hints that occur are looked for below (same lines, same order)
             if not mask:
                 return

@@ -52,7 +52,7 @@ except ImportError:  # pragma: no cover - a machine without a C compiler
 from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
-from dlperf_tasks.frameworks._lines import clock_seconds, round2, step_window, window_problems
+from dlperf_tasks.frameworks._lines import _CRASH_HINTS, clock_seconds, round2, step_window, window_problems
 from dlperf_tasks.frameworks._stream import LogStream, as_float, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
@@ -321,11 +321,14 @@ class PytorchBertStream(LogStream):
 
     def scan(self, block: str) -> str:
         fast = _cdll.scan(block) if _cdll is not None and not self._ordinal else None
-        found = _cstream.which(block, _LITERALS) if fast is not None else None
+        # one pass over the rest (the block less the step lines) for PyTorch's literals and the crash hints:
+        # the removed step lines hold none of them, and a literal across a removed line only costs a look
+        found = _cstream.which(fast[0], _SCAN_LITERALS) if fast is not None else None
         if found is None or (fast[2] and (found & 1 or (
                 self._last_step is not None and fast[2][0] <= self._last_step))):
             fast = None  # ordinal numbering, or a repeated/backward step across blocks: the Python path
         if fast is not None:
+            self.rest_hints = found >> len(_LITERALS)
             return self._scan_fast(block, found, *fast)
         parts = _DLL_FAST.split(block)  # [text, 10 groups, text, 10 groups, ...]: columns at C speed
         n = (len(parts) - 1) // 11
@@ -489,6 +492,7 @@ class PytorchBertStream(LogStream):
 
 #: the literals :meth:`PytorchBertStream.scan` looks for, in one pass (bit i: ``_LITERALS[i]``)
 _LITERALS = ("skipped_steps : ", "PARAMETER", "training_sequences_per_second", "torch.distributed.launch", "torchrun")
+_SCAN_LITERALS = _LITERALS + _CRASH_HINTS
 _DLL_FAST = re.compile(
     r"DLL (\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2}(?:\.\d{1,6})?+) - "
     r"Training Epoch: (\d+) Training Iteration: (\d+)\b[ \t]*(?:(average_loss|final_loss|step_loss) : (\S+))?")
