@@ -109,6 +109,9 @@ _KV = _kv_patterns(_KV_NAME)
 def kv_args(text: str, keys: tuple[str, ...] | None = None) -> dict[str, str]:
     """``Namespace(a=1, b='x')`` / ``--a=1 --b x`` -> {"a": "1", "b": "x"} (``=`` forms only).
     ``keys``: only these (one regex for just them: a Namespace line has dozens of others)."""
+    cached = _KV_RESULTS.get((text, keys))
+    if cached is not None:  # every rank and every trial of a run prints the same Namespace line
+        return dict(cached)
     at_start, after = _KV if keys is None else _kv_for(keys)
     out = {}
     pos = 0
@@ -118,7 +121,17 @@ def kv_args(text: str, keys: tuple[str, ...] | None = None) -> dict[str, str]:
         pos = m.end()
     for m in after.finditer(text, pos):
         out[m.group(1).replace("-", "_")] = m.group(2).strip("'\"")
+    if len(text) <= _KV_TEXT_MAX:
+        if len(_KV_RESULTS) >= _KV_RESULTS_MAX:
+            _KV_RESULTS.clear()
+        _KV_RESULTS[(text, keys)] = dict(out)
     return out
+
+
+#: kv_args' answers by (text, keys): a pure function of them, kept for the next identical line (bounded)
+_KV_RESULTS: dict[tuple[str, tuple[str, ...] | None], dict[str, str]] = {}
+_KV_RESULTS_MAX = 64
+_KV_TEXT_MAX = 16 * 1024
 
 
 _KV_CACHE: dict[tuple[str, ...], tuple[re.Pattern, re.Pattern]] = {}
