@@ -94,16 +94,16 @@ static int match_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t i, Match *m
     if (j + 1 < n && p[j] == '.' && is_digit(p[j + 1]))  /* (?:\.\d{1,6})?+ : atomic */
         j += 1 + digits(p, n, j + 1, 6);
     m->secs_len = j - m->secs;
-    if (!literal(p, n, j, EPOCH, sizeof EPOCH - 1))
+    if (!literal(p, n, j, EPOCH, (Py_ssize_t)(sizeof EPOCH - 1)))
         return 0;
-    j += sizeof EPOCH - 1;
+    j += (Py_ssize_t)(sizeof EPOCH - 1);
     k = digits(p, n, j, PY_SSIZE_T_MAX);
     if (k == 0)
         return 0;
     j += k;
-    if (!literal(p, n, j, ITER, sizeof ITER - 1))
+    if (!literal(p, n, j, ITER, (Py_ssize_t)(sizeof ITER - 1)))
         return 0;
-    j += sizeof ITER - 1;
+    j += (Py_ssize_t)(sizeof ITER - 1);
     m->step = j;
     k = digits(p, n, j, PY_SSIZE_T_MAX);
     if (k == 0)
