@@ -1,7 +1,7 @@
 /* DLE PyTorch BERT step lines ("DLL <date> <clock> - Training Epoch: E Training Iteration: N  loss : X")
- * read in one pass: the accelerator of pytorch_bert.PytorchBertStream.scan's bulk case.
+ * read in one pass: the accelerator of pytorch_bert_stream.PytorchBertStream.scan's bulk case.
  *
- * scan(block) matches exactly what pytorch_bert._DLL_FAST matches (leftmost match from each "DLL ",
+ * scan(block) matches exactly what pytorch_bert_stream._DLL_FAST matches (leftmost match from each "DLL ",
  * \d{1,2} fields, seconds \d{1,2}(?:\.\d{1,6})?+, "\b" on [A-Za-z0-9_], "\S" as Python's str "\S" on
  * ASCII) and returns (rest, epochs, steps, timestamps, losses):
  *   rest        the block with every match removed (what "".join(_DLL_FAST.split(block)[0::11]) gives)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.frameworks import _stream
-from dlperf_tasks.frameworks import pytorch_bert as pb
+from dlperf_tasks.frameworks import pytorch_bert_stream as pb
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 GENUINE = sorted(p for p in (DATA / "genuine_logs" / "dle_pytorch").rglob("*") if p.is_file() and p.suffix != ".md")

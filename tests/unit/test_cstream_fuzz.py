@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dlperf_tasks.frameworks import _stream
-from dlperf_tasks.frameworks import pytorch_bert as pb
+from dlperf_tasks.frameworks import pytorch_bert_stream as pb
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS
 
 _cdll = pytest.importorskip("dlperf_tasks.frameworks._cdll")
