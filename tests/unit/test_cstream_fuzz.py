@@ -156,3 +156,37 @@ def test_which_like_in():
     assert _cstream.which("\u00e9 Traceback", _CRASH_HINTS) is None
     with pytest.raises(ValueError):
         _cstream.which("x", ("a",))
+
+
+class _CrashOnly(_stream.LogStream):
+    """The generic block work only (feed's normalisation, line counts, the crash-marker scan)."""
+
+    def scan(self, block: str) -> None:
+        self.extra.setdefault("blocks", []).append(block)
+
+
+_ALL_LOGS = sorted(p for d in ("genuine_logs", "fixture_logs") for p in (FIXTURE.parents[5] / d).rglob("*")
+                   if p.is_file() and p.suffix in (".log", ".gz", ".txt", ".out"))
+
+
+def test_generic_block_work_same_on_every_log(monkeypatch):
+    import gzip
+
+    assert len(_ALL_LOGS) > 50
+    for path in _ALL_LOGS:
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+        noisy = data.replace(b"\n", b"\r\n", 40).replace(b"a", b"\x00a", 5)
+        for blob, piece in ((data, 1 << 20), (noisy, 4093)):
+            def run():
+                st = _CrashOnly()
+                for i in range(0, len(blob), piece):
+                    st.feed(blob[i:i + piece])
+                return repr(st.close().facts), st.extra.get("blocks")
+
+            fast = run()
+            with monkeypatch.context() as m:
+                m.setattr(_stream, "_cstream", None)
+                slow = run()
+            assert fast == slow, path
