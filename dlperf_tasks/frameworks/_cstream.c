@@ -6,6 +6,11 @@
  * newlines(text: str) -> str | None
  *     "\r\n" and a lone "\r" read as "\n": text.replace("\r\n", "\n").replace("\r", "\n").
  *     None for a non-ASCII text (the caller then does the replace itself).
+ * count_nl(text: str) -> int | None
+ *     text.count("\n"), eight characters at a time; None for a non-ASCII text.
+ * lines_with(text: str, literal: str) -> list[tuple[int, str]] | None
+ *     LogStream.lines_with(text, literal) as a list; None for a non-ASCII text or literal, a literal with
+ *     a newline, or a text that does not end with a newline (the caller then runs the Python generator).
  * which(text: str, literals: tuple[str, ...]) -> int | None
  *     bit i set when literals[i] occurs in text, in one pass (Wu-Manber skips when the shortest
  *     literal is long enough, else a bigram table of the literals' first two characters). None for a non-ASCII text. The literals: ASCII, 2 to 255 characters, at most 63.
@@ -199,10 +204,83 @@ static PyObject *which(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLongLong(found);
 }
 
+/* zero bytes in the 8-byte word x, exactly (no borrow between bytes) */
+static int zero_bytes(uint64_t x)
+{
+    const uint64_t low7 = 0x7f7f7f7f7f7f7f7fULL;
+    uint64_t y = (x & low7) + low7;
+    y = ~(y | x | low7);
+    return __builtin_popcountll(y);
+}
+
+static PyObject *count_nl(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "count_nl() takes a str");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(arg))
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(arg);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(arg), i = 0, c = 0;
+    const uint64_t nl = 0x0a0a0a0a0a0a0a0aULL;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        c += zero_bytes(w ^ nl);
+    }
+    for (; i < n; i++)
+        c += p[i] == '\n';
+    return PyLong_FromSsize_t(c);
+}
+
+static PyObject *lines_with(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *text, *literal;
+    if (!PyArg_ParseTuple(args, "UU:lines_with", &text, &literal))
+        return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), len = PyUnicode_GET_LENGTH(literal);
+    if (!PyUnicode_IS_ASCII(text) || !PyUnicode_IS_ASCII(literal) || len < 1 || n == 0
+            || PyUnicode_1BYTE_DATA(text)[n - 1] != '\n')
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(text), *lit = PyUnicode_1BYTE_DATA(literal);
+    if (memchr(lit, '\n', (size_t)len))  /* a literal holding a newline: left to Python */
+        Py_RETURN_NONE;
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL;
+    Py_ssize_t pos = 0;
+    while (n - pos >= len) {
+        const unsigned char *f = memmem(p + pos, (size_t)(n - pos), lit, (size_t)len);
+        if (!f)
+            break;
+        Py_ssize_t at = f - p, start = at, end;
+        while (start > 0 && p[start - 1] != '\n')
+            start--;
+        const unsigned char *e = memchr(p + at, '\n', (size_t)(n - at));
+        end = e ? e - p : n - 1;  /* always found: the text ends with a newline */
+        PyObject *line = PyUnicode_Substring(text, start, end);
+        PyObject *item = line ? Py_BuildValue("(nN)", start, line) : NULL;
+        if (!item || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(item);
+        pos = end;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"bars", bars, METH_O, "bars(data) -> data with tqdm's block glyphs (UTF-8 U+2580-U+259F) read as '#'"},
     {"newlines", newlines, METH_O, "newlines(text) -> text with \\r\\n and \\r read as \\n, or None (non-ASCII)"},
     {"which", which, METH_VARARGS, "which(text, literals) -> bit mask of the literals that occur, or None (non-ASCII)"},
+    {"count_nl", count_nl, METH_O, "count_nl(text) -> text.count('\\n'), or None (non-ASCII)"},
+    {"lines_with", lines_with, METH_VARARGS,
+     "lines_with(text, literal) -> [(start, line)] of LogStream.lines_with, or None (non-ASCII, no final newline)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -248,7 +248,9 @@ class LogStream:
             return
         if "\x00" in block:
             block = block.replace("\x00", "")
-        n = block.count("\n")
+        n = _cstream.count_nl(block) if _cstream is not None else None
+        if n is None:
+            n = block.count("\n")
         if self.max_lines is not None and self._lineno + n > self.max_lines:
             keep = self.max_lines - self._lineno
             end = -1
@@ -312,12 +314,8 @@ class LogStream:
     @staticmethod
     def lines_with(block: str, literal: str) -> Iterable[tuple[int, str]]:
         """Each line (start offset, text) that contains ``literal``, once."""
-        pos = block.find(literal)
-        while pos >= 0:
-            start = block.rfind("\n", 0, pos) + 1
-            end = block.find("\n", pos)
-            yield start, block[start:end]
-            pos = block.find(literal, end)
+        found = _cstream.lines_with(block, literal) if _cstream is not None else None
+        return _lines_with(block, literal) if found is None else found
 
     @staticmethod
     def rank_at(block: str, start: int) -> int | None:
@@ -372,6 +370,16 @@ class LogStream:
 
                 facts.stride = Counter(map(sub, its[1:], its)).most_common(1)[0][0]
         return ParsedLog(samples=self.samples, facts=facts, extra=self.extra)
+
+
+def _lines_with(block: str, literal: str) -> Iterable[tuple[int, str]]:
+    """:meth:`LogStream.lines_with` in Python (the reference of ``_cstream.lines_with``)."""
+    pos = block.find(literal)
+    while pos >= 0:
+        start = block.rfind("\n", 0, pos) + 1
+        end = block.find("\n", pos)
+        yield start, block[start:end]
+        pos = block.find(literal, end)
 
 
 def parse_with(stream: LogStream, lines: Iterable[str | bytes]) -> ParsedLog:

@@ -190,3 +190,18 @@ def test_generic_block_work_same_on_every_log(monkeypatch):
                 m.setattr(_stream, "_cstream", None)
                 slow = run()
             assert fast == slow, path
+
+
+def test_count_nl_and_lines_with_like_python():
+    rng = random.Random(6)
+    for _ in range(3000):
+        text = "".join(rng.choice(["\n", "ab", "PARAM", "ETER", "x" * rng.randint(0, 20), "P"])
+                       for _ in range(rng.randint(0, 15)))
+        assert _cstream.count_nl(text) == text.count("\n"), repr(text)
+        for lit in ("PARAMETER", "P", "ab\nx", "ETERx"):
+            got = _cstream.lines_with(text, lit)
+            if text.endswith("\n") and "\n" not in lit:
+                assert got == list(_stream._lines_with(text, lit)), (repr(text), lit)
+            else:
+                assert got is None
+    assert _cstream.count_nl("\u00e9\n") is None and _cstream.lines_with("\u00e9 P\n", "P") is None
