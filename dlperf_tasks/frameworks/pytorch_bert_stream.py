@@ -62,8 +62,9 @@ class PytorchBertStream(LogStream):
                 self._last_step is not None and fast[2][0] <= self._last_step))):
             fast = None  # ordinal numbering, or a repeated/backward step across blocks: the Python path
         if fast is not None:
-            self.rest_hints = found >> len(_LITERALS)
-            return self._scan_fast(block, found, *fast)
+            rest = self._scan_fast(block, found, *fast)
+            self.rest_hints = found >> len(_LITERALS)  # the crash hints in ``rest``, for _crash_scan
+            return rest
         parts = _DLL_FAST.split(block)  # [text, 10 groups, text, 10 groups, ...]: columns at C speed
         n = (len(parts) - 1) // 11
         if n and not self._ordinal and "skipped_steps : " in block:
