@@ -204,4 +204,7 @@ def test_count_nl_and_lines_with_like_python():
                 assert got == list(_stream._lines_with(text, lit)), (repr(text), lit)
             else:
                 assert got is None
+    for n in (2039, 2040, 2041, 4096, 70000):  # past 255 words of 8: the per-byte counters are summed
+        text = "\n" * n + "a\n" * 3 + "\x0b" * 7
+        assert _cstream.count_nl(text) == text.count("\n") == n + 3
     assert _cstream.count_nl("\u00e9\n") is None and _cstream.lines_with("\u00e9 P\n", "P") is None
