@@ -201,9 +201,9 @@ static int to_double(const unsigned char *s, Py_ssize_t n, double *out)
     return 1;
 }
 
-static long parse_long(const unsigned char *s, Py_ssize_t n)
+static int64_t parse_long(const unsigned char *s, Py_ssize_t n)  /* n <= 18 digits: fits */
 {
-    long v = 0;
+    int64_t v = 0;
     for (Py_ssize_t i = 0; i < n; i++)
         v = v * 10 + (s[i] - '0');
     return v;
