@@ -11,7 +11,9 @@ piece are normalised once (``\\r\\n`` and ``\\r`` become ``\\n`` like Python's u
 NUL bytes dropped, tqdm's block glyphs read as ``#``), counted with ``str.count`` and searched
 with compiled regexes that start with a literal (``re`` then skips to candidates at C speed).
 Only the matching lines cost Python time; crash markers are found with ``in`` per literal hint,
-then checked line by line.
+then checked line by line. The compiled ``_cstream`` (setup.py builds it) does the glyphs, the
+newlines, the line count, ``lines_with`` and the hint search (all hints in one pass) over ASCII
+text; without it, or on other text, the same passes run in Python (the reference: same results).
 
 Caps (``max_lines``, :data:`MAX_LINE`): a line longer than ``MAX_LINE`` characters and a stream
 longer than ``max_lines`` lines are recorded in ``facts.errors`` with a clear reason (the gate
@@ -27,6 +29,11 @@ from typing import Iterable
 
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, FactCollector, strip_tag
 from dlperf_tasks.core.model import LogFacts, ParsedLog, Sample, Samples
+
+try:  # the compiled block passes (setup.py builds it; without it: the same passes in Python, same results)
+    from dlperf_tasks.frameworks import _cstream
+except ImportError:  # pragma: no cover - a machine without a C compiler
+    _cstream = None
 
 
 
@@ -104,6 +111,9 @@ _KV = _kv_patterns(_KV_NAME)
 def kv_args(text: str, keys: tuple[str, ...] | None = None) -> dict[str, str]:
     """``Namespace(a=1, b='x')`` / ``--a=1 --b x`` -> {"a": "1", "b": "x"} (``=`` forms only).
     ``keys``: only these (one regex for just them: a Namespace line has dozens of others)."""
+    cached = _KV_RESULTS.get((text, keys))
+    if cached is not None:  # every rank and every trial of a run prints the same Namespace line
+        return dict(cached)
     at_start, after = _KV if keys is None else _kv_for(keys)
     out = {}
     pos = 0
@@ -113,7 +123,17 @@ def kv_args(text: str, keys: tuple[str, ...] | None = None) -> dict[str, str]:
         pos = m.end()
     for m in after.finditer(text, pos):
         out[m.group(1).replace("-", "_")] = m.group(2).strip("'\"")
+    if len(text) <= _KV_TEXT_MAX:
+        if len(_KV_RESULTS) >= _KV_RESULTS_MAX:
+            _KV_RESULTS.clear()
+        _KV_RESULTS[(text, keys)] = dict(out)
     return out
+
+
+#: kv_args' answers by (text, keys): a pure function of them, kept for the next identical line (bounded)
+_KV_RESULTS: dict[tuple[str, tuple[str, ...] | None], dict[str, str]] = {}
+_KV_RESULTS_MAX = 64
+_KV_TEXT_MAX = 16 * 1024
 
 
 _KV_CACHE: dict[tuple[str, ...], tuple[re.Pattern, re.Pattern]] = {}
@@ -148,6 +168,9 @@ class LogStream:
     #: False: samples are dropped after each block (a watchdog that needs only ``max_iteration``
     #: keeps constant memory however long the log); facts are still collected
     keep_samples = True
+    #: set by :meth:`scan` when it already knows which crash hints occur in the text it returns: bit i
+    #: for ``_CRASH_HINTS[i]`` (the crash-marker scan of that text then skips its own search)
+    rest_hints: int | None = None
 
     def __init__(self, max_lines: int | None = None) -> None:
         self.fc = FactCollector()
@@ -167,7 +190,7 @@ class LogStream:
         """Add the next piece of the log (may end in the middle of a line)."""
         if isinstance(chunk, (bytes, bytearray)):
             if not chunk.isascii():
-                chunk = _BAR_GLYPHS.sub(b"#", chunk)
+                chunk = _BAR_GLYPHS.sub(b"#", chunk) if _cstream is None else _cstream.bars(bytes(chunk))
             text = self._decoder.decode(bytes(chunk))
         else:
             text = chunk
@@ -194,7 +217,8 @@ class LogStream:
         self._pending = text[cut + 1:]
         block = text[:cut + 1]
         if "\r" in block:
-            block = block.replace("\r\n", "\n").replace("\r", "\n")
+            crlf = _cstream.newlines(block) if _cstream is not None else None
+            block = crlf if crlf is not None else block.replace("\r\n", "\n").replace("\r", "\n")
         if self._skipping:
             block = block[block.index("\n") + 1:]
             self._skipping = False
@@ -226,7 +250,9 @@ class LogStream:
             return
         if "\x00" in block:
             block = block.replace("\x00", "")
-        n = block.count("\n")
+        n = _cstream.count_nl(block) if _cstream is not None else None
+        if n is None:
+            n = block.count("\n")
         if self.max_lines is not None and self._lineno + n > self.max_lines:
             keep = self.max_lines - self._lineno
             end = -1
@@ -250,14 +276,22 @@ class LogStream:
 
     def _crash_scan(self, block: str) -> None:
         fc = self.fc
-        if len(block) >= _SHAPES_FROM and block.isascii() and not _may_hold_hint(block):
+        hints = _CRASH_HINTS
+        mask, self.rest_hints = self.rest_hints, None
+        if mask is None and _cstream is not None:
+            mask = _cstream.which(block, _CRASH_HINTS)
+        if mask is not None:  # one pass: only the hints that occur are looked for below (same lines, same order)
+            if not mask:
+                return
+            hints = [h for i, h in enumerate(_CRASH_HINTS) if mask >> i & 1]
+        elif len(block) >= _SHAPES_FROM and block.isascii() and not _may_hold_hint(block):
             return
         if len(block) >= _DEDUPE_FROM and block.endswith("\n"):
             # every rank prints the same setup lines (MXNet BERT 4n8g: 32 Namespace lines of ~4 KB):
             # scan each distinct line once. Same markers in the same order: a repeated line adds
             # nothing to FactCollector.crash_line (same text, same key)
             block = "\n".join(dict.fromkeys(block.split("\n")))
-        for hint in _CRASH_HINTS:
+        for hint in hints:
             pos = block.find(hint)
             while pos >= 0:
                 start = block.rfind("\n", 0, pos) + 1
@@ -282,12 +316,8 @@ class LogStream:
     @staticmethod
     def lines_with(block: str, literal: str) -> Iterable[tuple[int, str]]:
         """Each line (start offset, text) that contains ``literal``, once."""
-        pos = block.find(literal)
-        while pos >= 0:
-            start = block.rfind("\n", 0, pos) + 1
-            end = block.find("\n", pos)
-            yield start, block[start:end]
-            pos = block.find(literal, end)
+        found = _cstream.lines_with(block, literal) if _cstream is not None else None
+        return _lines_with(block, literal) if found is None else found
 
     @staticmethod
     def rank_at(block: str, start: int) -> int | None:
@@ -342,6 +372,16 @@ class LogStream:
 
                 facts.stride = Counter(map(sub, its[1:], its)).most_common(1)[0][0]
         return ParsedLog(samples=self.samples, facts=facts, extra=self.extra)
+
+
+def _lines_with(block: str, literal: str) -> Iterable[tuple[int, str]]:
+    """:meth:`LogStream.lines_with` in Python (the reference of ``_cstream.lines_with``)."""
+    pos = block.find(literal)
+    while pos >= 0:
+        start = block.rfind("\n", 0, pos) + 1
+        end = block.find("\n", pos)
+        yield start, block[start:end]
+        pos = block.find(literal, end)
 
 
 def parse_with(stream: LogStream, lines: Iterable[str | bytes]) -> ParsedLog:

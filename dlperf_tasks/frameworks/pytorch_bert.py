@@ -37,23 +37,18 @@ the repository's bert_config.json = BERT-large), ``output_dir`` (results/checkpo
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
-import operator
-import re
 from typing import Mapping
 
 from dlperf_tasks.frameworks._launch import container_path
 from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
-from dlperf_tasks.frameworks._lines import clock_seconds, round2, step_window, window_problems
-from dlperf_tasks.frameworks._stream import LogStream, as_float, as_int, kv_args
+from dlperf_tasks.frameworks._lines import round2, step_window, window_problems
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
-from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
+from dlperf_tasks.frameworks.pytorch_bert_stream import SKIP_STEPS, PytorchBertStream, _stride
+from dlperf_tasks.core.model import Cell, ParsedLog, Trial, TrialMetric, Window
 
-#: DLPerf skips steps 1..SKIP_STEPS
-SKIP_STEPS = 5
 DEFAULT_DATA = ("/workspace/bert/data/hdf5_lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15"
                 "_random_seed_12345_dupe_factor_5/wikicorpus_en/")
 
@@ -139,7 +134,7 @@ class PytorchBert(Framework):
         head, sep, tail = path.rpartition(f"_{trial.index}.")
         return f"{head}_ga{acc}{sep}{tail}"
 
-    Stream = None  # set below (PytorchBertStream)
+    Stream = PytorchBertStream
     plausible_max_per_gpu = 20000.0
 
     def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
@@ -238,11 +233,6 @@ def summary_metric(parsed: ParsedLog, cell: Cell) -> TrialMetric:
     return TrialMetric(value=round2(fig), details=details)
 
 
-def _stride(facts) -> int:
-    """Steps between two logged step lines (DLE ``log_freq``; 1 when the log does not say)."""
-    return max(int(facts.stride or 1), 1)
-
-
 def cell_accumulation(cell: Cell) -> int | None:
     """The cell's gradient accumulation steps (catalog field), None when the cell does not say."""
     acc = getattr(cell, "gradient_accumulation_steps", None)
@@ -289,194 +279,3 @@ def framework_figure_details(facts, value: float, per_step: int) -> dict:
 
 #: a framework's own throughput figure further than this from dlperf's is flagged
 DISAGREE = 0.02
-
-
-class PytorchBertStream(LogStream):
-    """DLE ``run_pretraining.py`` log: DLL step lines, the Config/PARAMETER lines, the final summary.
-
-    A step number logged again right after itself with a later timestamp is an optimizer step that AMP
-    skipped for a loss-scale overflow (DLE logs ``global_step``, which a skipped step does not advance;
-    seed 001's fp16 logs print ``Training Iteration: 0`` five times): the micro-batches were computed, so
-    it counts as one more step of work. Samples are numbered by steps done (the log's step + the skips
-    so far, in ``stride`` units); :attr:`LogFacts.skipped_steps` counts them. A step number going back
-    after progress, or a second ``PARAMETER Config`` banner, is a restarted or concatenated log: the
-    numbers repeat (the gate refuses them) or the banner is an error.
-
-    Newer DLE (e.g. PaddlePaddle/Perf's 2023 logs) prints a running ``skipped_steps : N`` on every step line
-    and may log a lower step number while it skips: there every step line is one optimizer step of work and
-    samples are numbered by line (first step + lines so far x stride); ``skipped_steps`` is the last count."""
-
-    _ordinal = False  # the log prints skipped_steps: number samples by step line
-    _first_step: int | None = None
-    _lines_seen = 0
-    _last_step: int | None = None  # the log's own step number of the last step line
-    _last_ts: float = -math.inf
-    _offset = 0  # skipped steps so far, in iteration units
-    _banners = 0
-
-    def scan(self, block: str) -> str:
-        parts = _DLL_FAST.split(block)  # [text, 10 groups, text, 10 groups, ...]: columns at C speed
-        n = (len(parts) - 1) // 11
-        if n and not self._ordinal and "skipped_steps : " in block:
-            self._ordinal = True
-        if n and (self._ordinal or not self._bulk(parts)):  # rows (tuples) only when the columns need a closer look
-            self._steps(list(zip(*(parts[i::11] for i in range(1, 11)))))
-        if n != block.count("Training Epoch: "):
-            self._slow(block)
-        if self._ordinal:
-            counts = _SKIPPED.findall(block)
-            if counts:
-                self.fc.facts.skipped_steps = int(counts[-1])
-        if "PARAMETER" in block:
-            for _, line in self.lines_with(block, "PARAMETER"):
-                self._parameter(line)
-        if "training_sequences_per_second" in block:
-            for _, line in self.lines_with(block, "training_sequences_per_second"):
-                self._summary(line)
-        for marker in ("torch.distributed.launch", "torchrun"):
-            if marker in block:
-                for _, line in self.lines_with(block, marker):
-                    self._launcher(line)
-        # the crash-marker scan reads the rest; tqdm's bars stay in it: cutting them out (a regex
-        # ``sub``) cost more than the ``find`` passes over them (they hold no crash hint)
-        return "".join(parts[0::11]) if n else block
-
-    def _summary(self, line: str) -> None:
-        m = _SUMMARY.search(line)
-        v = as_float(m.group(1)) if m else None
-        if v is not None:
-            self.fc.facts.framework_figure = v
-            self.fc.facts.framework_figure_name = "DLE training_sequences_per_second"
-        fm = _FINAL_LOSS.search(line)
-        if fm:
-            self.fc.facts.final_loss = self.loss(self.max_iteration or 0, "final_loss", fm.group(1))
-
-    def _bulk(self, parts: list[str]) -> bool:
-        """All step lines of the block on one date with a numeric loss: whole columns through
-        ``map`` (C speed). False: let :meth:`_steps` go row by row (and name what is wrong)."""
-        ys, mos, ds, losses_s = parts[1::11], parts[2::11], parts[3::11], parts[10::11]
-        n = len(ys)
-        if ys.count(ys[0]) != n or mos.count(mos[0]) != n or ds.count(ds[0]) != n or None in losses_s:
-            return False  # several dates, a line without a loss: row by row
-        try:
-            day = _day_seconds(ys[0], mos[0], ds[0])
-            raw = list(map(int, parts[8::11]))
-            if (self._last_step is not None and raw[0] <= self._last_step) or not all(
-                    map(operator.lt, raw, raw[1:])):  # ints: strictly increasing, compared at C speed
-                return False  # a repeated or backward step: row by row (skipped step or restart)
-            off = self._offset
-            steps = [s + off for s in raw] if off else raw
-            losses = list(map(float, losses_s))
-            ts = clock_seconds(day, parts[4::11], parts[5::11], parts[6::11])
-        except ValueError:
-            return False
-        if not -math.inf < sum(losses) < math.inf:
-            return False
-        self.samples.add_columns(steps, ts, "s", rank=[0] * n, timestamp=ts, loss=losses)
-        self._last_step, self._last_ts = raw[-1], ts[-1]
-        self.fc._iters.update(steps)
-        self.fc._ranks.add(0)
-        self.fc.facts.final_loss = losses[-1]
-        top = max(steps)
-        if self.max_iteration is None or top > self.max_iteration:
-            self.max_iteration = top
-        return True
-
-    def _steps(self, rows: list[tuple]) -> None:
-        """One Sample per DLL step line (timestamp in seconds; the first loss the line prints)."""
-        samples, iters = self.samples, self.fc._iters
-        top = self.max_iteration if self.max_iteration is not None else -1
-        days = _DAYS
-        for y, mo, d, h, mi, secs, _epoch, step_s, name, loss_s in rows:
-            day = days.get((y, mo, d))
-            if day is None:
-                try:
-                    day = _day_seconds(y, mo, d)
-                except ValueError:
-                    self.fc.error(f"invalid date {y}-{mo}-{d} in a DLL line")
-                    continue
-            ts = day + int(h) * 3600 + int(mi) * 60 + float(secs)
-            raw = int(step_s)
-            if self._ordinal:  # one step line = one optimizer step of work, whatever number it prints
-                if self._first_step is None:
-                    self._first_step = raw
-                raw = self._first_step + self._lines_seen * _stride(self.fc.facts)
-                self._lines_seen += 1
-            elif raw == self._last_step and ts > self._last_ts:  # an overflow-skipped optimizer step
-                self._offset += _stride(self.fc.facts)
-                self.fc.facts.skipped_steps += 1
-            self._last_step, self._last_ts = raw, ts
-            step = raw + self._offset
-            loss = None
-            if name:
-                loss = float(loss_s) if _NUM.match(loss_s) else self.loss(step, name, loss_s)
-                self.fc.facts.final_loss = loss  # the last loss printed (final_loss at the last step)
-            samples.append(Sample(step, ts, "s", 0, ts, None, loss))
-            iters.add(step)
-            if step > top:
-                top = step
-        self.fc._ranks.add(0)
-        if top >= 0:
-            self.max_iteration = top
-
-    def _slow(self, block: str) -> None:
-        """Lines with 'Training Epoch: ' that the fast regex did not read: parse errors."""
-        for start, line in self.lines_with(block, "Training Epoch: "):
-            if not _DLL_FAST.search(line):
-                self.fc.error(f"line {self.line_no(block, start)}: 'Training Epoch:' line without a readable "
-                              f"DLL timestamp/step: {line[:120]!r}")
-
-    def _parameter(self, line: str) -> None:
-        f = self.fc.facts
-        if "Config" in line and "Namespace(" in line:
-            self._banners += 1
-            if self._banners == 2:
-                self.fc.error("a second 'PARAMETER Config' start-up banner: a restarted or concatenated log "
-                              "(rerun the trial)")
-            args = kv_args(line[line.index("Namespace("):], ("train_batch_size", "gradient_accumulation_steps",
-                                                              "log_freq", "max_steps", "bert_model", "config_file",
-                                                              "fp16", "amp"))
-            keep = dict(args)
-            f.args.update(keep)
-            f.args_source = "DLE PARAMETER Config line"
-            # DLE logs Config after setup_training() divided train_batch_size by the accumulation
-            f.batch_per_device = as_int(args.get("train_batch_size"))
-            f.accumulation = as_int(args.get("gradient_accumulation_steps"))
-            freq = as_int(args.get("log_freq"))
-            if freq:
-                f.stride = freq
-        m = _BATCH_PER_GPU.search(line)
-        if m and f.batch_per_device is None:
-            f.batch_per_device = int(m.group(1))
-            f.args_source = f.args_source or "DLE PARAMETER batch_size_per_gpu line"
-
-    def _launcher(self, line: str) -> None:
-        nproc, nnodes = _NPROC.search(line), _NNODES.search(line)
-        if nproc:
-            self.fc.facts.world_size = int(nproc.group(1)) * (int(nnodes.group(1)) if nnodes else 1)
-            self.fc.facts.args["launcher"] = "torch.distributed.launch"
-
-
-_DLL_FAST = re.compile(
-    r"DLL (\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2}(?:\.\d{1,6})?+) - "
-    r"Training Epoch: (\d+) Training Iteration: (\d+)\b[ \t]*(?:(average_loss|final_loss|step_loss) : (\S+))?")
-#: a plain finite decimal (anything else: nan, inf, garbage goes through LogStream.loss)
-_NUM = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\Z")
-_FINAL_LOSS = re.compile(r"\bfinal_loss : (\S+)")
-_SKIPPED = re.compile(r"\bskipped_steps : (\d+)")
-_SUMMARY = re.compile(r"training_sequences_per_second : (\S+)")
-_BATCH_PER_GPU = re.compile(r"PARAMETER batch_size_per_gpu : (\d+)")
-_NPROC = re.compile(r"--nproc[_-]per[_-]node[= ](\d+)")
-_NNODES = re.compile(r"--nnodes[= ](\d+)")
-_DAYS: dict[tuple[str, str, str], float] = {}
-
-
-def _day_seconds(y: str, mo: str, d: str) -> float:
-    """Seconds since the epoch at 00:00 UTC of the date (cached per date string triple)."""
-    v = _DAYS.get((y, mo, d))
-    if v is None:
-        v = _DAYS[(y, mo, d)] = float(_dt.datetime(int(y), int(mo), int(d), tzinfo=_dt.timezone.utc).timestamp())
-    return v
-
-
-PytorchBert.Stream = PytorchBertStream

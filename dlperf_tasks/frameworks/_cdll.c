@@ -1,0 +1,393 @@
+/* DLE PyTorch BERT step lines ("DLL <date> <clock> - Training Epoch: E Training Iteration: N  loss : X")
+ * read in one pass: the accelerator of pytorch_bert_stream.PytorchBertStream.scan's bulk case.
+ *
+ * scan(block) matches exactly what pytorch_bert_stream._DLL_FAST matches (leftmost match from each "DLL ",
+ * \d{1,2} fields, seconds \d{1,2}(?:\.\d{1,6})?+, "\b" on [A-Za-z0-9_], "\S" as Python's str "\S" on
+ * ASCII) and returns (rest, epochs, steps, timestamps, losses):
+ *   rest        the block with every match removed (what "".join(_DLL_FAST.split(block)[0::11]) gives)
+ *   epochs      how many times "Training Epoch: " occurs (str.count)
+ *   steps       the lines' step numbers (ints), strictly increasing
+ *   timestamps  float(day) + (h*3600 + m*60), then + float(seconds): the doubles Python computes
+ *   losses      the loss each line prints (finite, plain decimals only)
+ * It returns None (the caller then runs the pure-Python path on the block) for anything outside that
+ * bulk case: a non-ASCII or non-str block, a line without a loss, a loss that is not a plain finite
+ * decimal (or longer than 64 characters), dates that differ between lines (compared as text) or an
+ * invalid date, a step of more than 18 digits, steps not strictly increasing.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define LOSS_MAX 64
+
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+static int is_word(unsigned char c)
+{
+    return is_digit(c) || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+
+/* Python's str "\s" on ASCII: \t \n \v \f \r, \x1c-\x1f and the space */
+static int is_space(unsigned char c) { return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20); }
+
+/* digits run at p[j..n) capped at cap */
+static Py_ssize_t digits(const unsigned char *p, Py_ssize_t n, Py_ssize_t j, Py_ssize_t cap)
+{
+    Py_ssize_t k = 0;
+    while (j + k < n && k < cap && is_digit(p[j + k]))
+        k++;
+    return k;
+}
+
+static int literal(const unsigned char *p, Py_ssize_t n, Py_ssize_t j, const char *lit, Py_ssize_t len)
+{
+    return j + len <= n && memcmp(p + j, lit, (size_t)len) == 0;
+}
+
+typedef struct {
+    Py_ssize_t start, end;
+    Py_ssize_t date, date_len;       /* "YYYY-M-D" text */
+    long h, mi;
+    Py_ssize_t secs, secs_len;
+    Py_ssize_t step, step_len;
+    Py_ssize_t loss, loss_len;       /* loss_len 0: no loss group */
+} Match;
+
+/* \d{1,2} followed by sep: the field's value, or -1 */
+static long field12(const unsigned char *p, Py_ssize_t n, Py_ssize_t *j, char sep)
+{
+    Py_ssize_t k = digits(p, n, *j, 2);
+    if (k == 0 || *j + k >= n || p[*j + k] != (unsigned char)sep)
+        return -1;
+    long v = 0;
+    for (Py_ssize_t i = 0; i < k; i++)
+        v = v * 10 + (p[*j + i] - '0');
+    *j += k + 1;
+    return v;
+}
+
+static const char EPOCH[] = " - Training Epoch: ";
+static const char ITER[] = " Training Iteration: ";
+static const char *NAMES[] = {"average_loss", "final_loss", "step_loss"};
+
+/* the regex at p[i..] (p[i..i+4) is "DLL "): 1 and *m filled, or 0 */
+static int match_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t i, Match *m)
+{
+    Py_ssize_t j = i + 4;
+    m->start = i;
+    m->date = j;
+    if (digits(p, n, j, 4) != 4 || j + 4 >= n || p[j + 4] != '-')
+        return 0;
+    j += 5;
+    if (field12(p, n, &j, '-') < 0 || field12(p, n, &j, ' ') < 0)
+        return 0;
+    m->date_len = j - 1 - m->date;
+    if ((m->h = field12(p, n, &j, ':')) < 0 || (m->mi = field12(p, n, &j, ':')) < 0)
+        return 0;
+    m->secs = j;
+    Py_ssize_t k = digits(p, n, j, 2);
+    if (k == 0)
+        return 0;
+    j += k;
+    if (j + 1 < n && p[j] == '.' && is_digit(p[j + 1]))  /* (?:\.\d{1,6})?+ : atomic */
+        j += 1 + digits(p, n, j + 1, 6);
+    m->secs_len = j - m->secs;
+    if (!literal(p, n, j, EPOCH, (Py_ssize_t)(sizeof EPOCH - 1)))
+        return 0;
+    j += (Py_ssize_t)(sizeof EPOCH - 1);
+    k = digits(p, n, j, PY_SSIZE_T_MAX);
+    if (k == 0)
+        return 0;
+    j += k;
+    if (!literal(p, n, j, ITER, (Py_ssize_t)(sizeof ITER - 1)))
+        return 0;
+    j += (Py_ssize_t)(sizeof ITER - 1);
+    m->step = j;
+    k = digits(p, n, j, PY_SSIZE_T_MAX);
+    if (k == 0)
+        return 0;
+    j += k;
+    m->step_len = k;
+    if (j < n && is_word(p[j]))  /* \b after a digit */
+        return 0;
+    while (j < n && (p[j] == ' ' || p[j] == '\t'))
+        j++;
+    m->loss_len = 0;
+    for (int a = 0; a < 3; a++) {
+        Py_ssize_t len = (Py_ssize_t)strlen(NAMES[a]);
+        if (literal(p, n, j, NAMES[a], len) && literal(p, n, j + len, " : ", 3)) {
+            Py_ssize_t v = j + len + 3, e = v;
+            while (e < n && !is_space(p[e]))
+                e++;
+            if (e > v) {
+                m->loss = v;
+                m->loss_len = e - v;
+                j = e;
+            }
+            break;
+        }
+    }
+    m->end = j;
+    return 1;
+}
+
+/* -?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?  over the whole text */
+static int plain_decimal(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t j = 0, k;
+    if (j < n && s[j] == '-')
+        j++;
+    if ((k = digits(s, n, j, PY_SSIZE_T_MAX)) == 0)
+        return 0;
+    j += k;
+    if (j < n && s[j] == '.')
+        j += 1 + digits(s, n, j + 1, PY_SSIZE_T_MAX);
+    if (j < n && (s[j] == 'e' || s[j] == 'E')) {
+        Py_ssize_t e = j + 1;
+        if (e < n && (s[e] == '-' || s[e] == '+'))
+            e++;
+        if ((k = digits(s, n, e, PY_SSIZE_T_MAX)) == 0)
+            return 0;
+        j = e + k;
+    }
+    return j == n;
+}
+
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* Python's float() of an ASCII number text (correctly rounded); 0 when it cannot. A plain
+ * "-?digits[.digits]" of at most 15 significant digits is M / 10**k with M and 10**k exact doubles
+ * (M < 2**53, k <= 22): one IEEE division, correctly rounded, the same double as strtod */
+static int to_double(const unsigned char *s, Py_ssize_t n, double *out)
+{
+    Py_ssize_t j = 0, nd = 0, k = 0;
+    int neg = 0, dot = 0;
+    uint64_t m = 0;
+    if (n > 0 && s[0] == '-') {
+        neg = 1;
+        j = 1;
+    }
+    for (; j < n; j++) {
+        if (is_digit(s[j])) {
+            if (++nd > 15)
+                break;
+            m = m * 10 + (uint64_t)(s[j] - '0');
+            k += dot;
+        } else if (s[j] == '.' && !dot) {
+            dot = 1;
+        } else {
+            break;
+        }
+    }
+    if (j == n && nd > 0) {
+        double v = (double)m / POW10[k];
+        *out = neg ? -v : v;
+        return 1;
+    }
+    char buf[LOSS_MAX + 1];
+    if (n > LOSS_MAX)
+        return 0;
+    memcpy(buf, s, (size_t)n);
+    buf[n] = '\0';
+    double v = PyOS_string_to_double(buf, NULL, NULL);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int64_t parse_long(const unsigned char *s, Py_ssize_t n)  /* n <= 18 digits: fits */
+{
+    int64_t v = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        v = v * 10 + (s[i] - '0');
+    return v;
+}
+
+/* seconds from 1970-01-01 to 00:00 of a valid Gregorian date (datetime's range), or 0 when invalid */
+static int day_seconds(const unsigned char *s, Py_ssize_t n, int64_t *out)
+{
+    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    Py_ssize_t d1 = 5;  /* "YYYY-" then M{1,2}-D{1,2} */
+    Py_ssize_t mlen = digits(s, n, d1, 2);
+    int64_t y = parse_long(s, 4), mo = parse_long(s + d1, mlen), d = parse_long(s + d1 + mlen + 1, n - d1 - mlen - 1);
+    if (y < 1 || mo < 1 || mo > 12 || d < 1)
+        return 0;
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (d > mdays[mo - 1] + (mo == 2 && leap))
+        return 0;
+    int64_t yy = y - 1, ord = yy * 365 + yy / 4 - yy / 100 + yy / 400 + d;
+    for (int64_t i = 1; i < mo; i++)
+        ord += mdays[i - 1] + (i == 2 && leap);
+    *out = (ord - 719163) * 86400;  /* date(1970, 1, 1).toordinal() == 719163 */
+    return 1;
+}
+
+/* non-overlapping occurrences of lit (len >= 1) in p[0..n), like str.count */
+static Py_ssize_t count_lit(const unsigned char *p, Py_ssize_t n, const char *lit, Py_ssize_t len)
+{
+    Py_ssize_t c = 0, i = 0;
+    while (n - i >= len) {
+        const unsigned char *f = memchr(p + i, lit[0], (size_t)(n - i - len + 1));
+        if (!f)
+            break;
+        i = f - p;
+        if (memcmp(p + i, lit, (size_t)len) == 0) {
+            c++;
+            i += len;
+        } else {
+            i++;
+        }
+    }
+    return c;
+}
+
+/* the next "DLL " at or after i, or -1 */
+static Py_ssize_t next_dll(const unsigned char *p, Py_ssize_t n, Py_ssize_t i)
+{
+    while (n - i >= 4) {
+        const unsigned char *f = memchr(p + i, 'D', (size_t)(n - i - 3));
+        if (!f)
+            return -1;
+        i = f - p;
+        if (p[i + 1] == 'L' && p[i + 2] == 'L' && p[i + 3] == ' ')
+            return i;
+        i++;
+    }
+    return -1;
+}
+
+static PyObject *fail(PyObject *a, PyObject *b, PyObject *c)
+{
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+    Py_RETURN_NONE;
+}
+
+static PyObject *append_steal(PyObject *list, PyObject *item)
+{
+    if (item == NULL)
+        return NULL;
+    int r = PyList_Append(list, item);
+    Py_DECREF(item);
+    return r < 0 ? NULL : list;
+}
+
+static PyObject *scan(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyUnicode_Check(arg) || !PyUnicode_IS_ASCII(arg))
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(arg);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(arg);
+    PyObject *steps = PyList_New(0), *ts = PyList_New(0), *losses = PyList_New(0);
+    if (!steps || !ts || !losses) {
+        Py_XDECREF(steps);
+        Py_XDECREF(ts);
+        Py_XDECREF(losses);
+        return NULL;
+    }
+    Py_ssize_t nm = 0, cap = 0, date0 = -1, date0_len = 0;
+    Py_ssize_t *spans = NULL;  /* start, end of each match */
+    int64_t day = 0;
+    long long last = -1;
+    Match m;
+    PyObject *rest = NULL;
+    for (Py_ssize_t i = next_dll(p, n, 0); i >= 0; i = next_dll(p, n, i)) {
+        if (!match_at(p, n, i, &m)) {
+            i += 1;
+            continue;
+        }
+        if (m.loss_len == 0 || m.step_len > 18)
+            goto fallback;
+        if (date0 < 0) {
+            date0 = m.date;
+            date0_len = m.date_len;
+            if (!day_seconds(p + m.date, m.date_len, &day))
+                goto fallback;
+        } else if (m.date_len != date0_len || memcmp(p + m.date, p + date0, (size_t)date0_len) != 0) {
+            goto fallback;
+        }
+        long long step = (long long)parse_long(p + m.step, m.step_len);
+        if (step <= last)
+            goto fallback;
+        last = step;
+        double secs, loss;
+        if (!to_double(p + m.secs, m.secs_len, &secs) || !plain_decimal(p + m.loss, m.loss_len)
+                || !to_double(p + m.loss, m.loss_len, &loss) || !isfinite(loss))
+            goto fallback;
+        double base = (double)(day + (int64_t)m.h * 3600 + (int64_t)m.mi * 60);
+        if (!append_steal(steps, PyLong_FromLongLong(step)) || !append_steal(ts, PyFloat_FromDouble(base + secs))
+                || !append_steal(losses, PyFloat_FromDouble(loss)))
+            goto error;
+        if (nm == cap) {
+            cap = cap ? 2 * cap : 256;
+            Py_ssize_t *grown = PyMem_Realloc(spans, (size_t)cap * 2 * sizeof *spans);
+            if (!grown) {
+                PyErr_NoMemory();
+                goto error;
+            }
+            spans = grown;
+        }
+        spans[2 * nm] = m.start;
+        spans[2 * nm + 1] = m.end;
+        nm++;
+        i = m.end;
+    }
+    Py_ssize_t removed = 0;
+    for (Py_ssize_t a = 0; a < nm; a++)
+        removed += spans[2 * a + 1] - spans[2 * a];
+    Py_ssize_t epochs = nm;  /* each match holds one "Training Epoch: "; the rest: counted in the gaps */
+    if (nm == 0) {
+        rest = arg;
+        Py_INCREF(rest);
+        epochs = count_lit(p, n, "Training Epoch: ", 16);
+    } else {
+        if (!(rest = PyUnicode_New(n - removed, 127)))
+            goto error;
+        unsigned char *out = PyUnicode_1BYTE_DATA(rest);
+        Py_ssize_t from = 0, o = 0;
+        for (Py_ssize_t a = 0; a <= nm; a++) {
+            Py_ssize_t to = a < nm ? spans[2 * a] : n;
+            memcpy(out + o, p + from, (size_t)(to - from));
+            o += to - from;
+            if (a < nm)
+                from = spans[2 * a + 1];
+        }
+        /* an occurrence may straddle a removed span in the rest: count in the original gaps */
+        from = 0;
+        for (Py_ssize_t a = 0; a <= nm; a++) {
+            Py_ssize_t to = a < nm ? spans[2 * a] : n;
+            epochs += count_lit(p + from, to - from, "Training Epoch: ", 16);
+            if (a < nm)
+                from = spans[2 * a + 1];
+        }
+    }
+    PyMem_Free(spans);
+    return Py_BuildValue("(NnNNN)", rest, epochs, steps, ts, losses);
+fallback:
+    PyMem_Free(spans);
+    return fail(steps, ts, losses);
+error:
+    PyMem_Free(spans);
+    Py_DECREF(steps);
+    Py_DECREF(ts);
+    Py_DECREF(losses);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_O, "scan(block) -> (rest, epochs, steps, timestamps, losses) or None (use the Python path)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cdll", "DLE PyTorch BERT step lines in one pass.", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__cdll(void) { return PyModule_Create(&module); }

@@ -1,0 +1,301 @@
+/* Generic per-block passes of dlperf_tasks.frameworks._stream.LogStream, in C.
+ *
+ * bars(data: bytes) -> bytes
+ *     every UTF-8 tqdm block glyph (U+2580-U+259F, bytes E2 96 80-9F) replaced by "#": what
+ *     _stream._BAR_GLYPHS.sub(b"#", data) gives.
+ * newlines(text: str) -> str | None
+ *     "\r\n" and a lone "\r" read as "\n": text.replace("\r\n", "\n").replace("\r", "\n").
+ *     None for a non-ASCII text (the caller then does the replace itself).
+ * count_nl(text: str) -> int | None
+ *     text.count("\n"), eight characters at a time; None for a non-ASCII text.
+ * lines_with(text: str, literal: str) -> list[tuple[int, str]] | None
+ *     LogStream.lines_with(text, literal) as a list; None for a non-ASCII text or literal, a literal with
+ *     a newline, or a text that does not end with a newline (the caller then runs the Python generator).
+ * which(text: str, literals: tuple[str, ...]) -> int | None
+ *     bit i set when literals[i] occurs in text, in one pass (Wu-Manber skips when the shortest
+ *     literal is long enough, else a bigram table of the literals' first two characters). None for a non-ASCII text. The literals: ASCII, 2 to 255 characters, at most 63.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_LITERALS 63
+
+static PyObject *bars(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "bars() takes bytes");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(arg);
+    Py_ssize_t n = PyBytes_GET_SIZE(arg), hits = 0;
+    for (Py_ssize_t i = 0; i + 3 <= n;) {
+        const unsigned char *f = memchr(p + i, 0xe2, (size_t)(n - i - 2));
+        if (!f)
+            break;
+        i = f - p;
+        if (p[i + 1] == 0x96 && p[i + 2] >= 0x80 && p[i + 2] <= 0x9f) {
+            hits++;
+            i += 3;
+        } else {
+            i++;
+        }
+    }
+    if (hits == 0) {
+        Py_INCREF(arg);
+        return arg;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n - 2 * hits);
+    if (!out)
+        return NULL;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    Py_ssize_t from = 0, w = 0;
+    for (Py_ssize_t i = 0; i + 3 <= n;) {
+        const unsigned char *f = memchr(p + i, 0xe2, (size_t)(n - i - 2));
+        if (!f)
+            break;
+        i = f - p;
+        if (p[i + 1] == 0x96 && p[i + 2] >= 0x80 && p[i + 2] <= 0x9f) {
+            memcpy(o + w, p + from, (size_t)(i - from));
+            w += i - from;
+            o[w++] = '#';
+            i += 3;
+            from = i;
+        } else {
+            i++;
+        }
+    }
+    memcpy(o + w, p + from, (size_t)(n - from));
+    return out;
+}
+
+static PyObject *newlines(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "newlines() takes a str");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(arg))
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(arg);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(arg), pairs = 0, crs = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        const unsigned char *f = memchr(p + i, '\r', (size_t)(n - i));
+        if (!f)
+            break;
+        i = f - p;
+        crs++;
+        if (i + 1 < n && p[i + 1] == '\n') {
+            pairs++;
+            i += 2;
+        } else {
+            i++;
+        }
+    }
+    if (crs == 0) {
+        Py_INCREF(arg);
+        return arg;
+    }
+    PyObject *out = PyUnicode_New(n - pairs, 127);
+    if (!out)
+        return NULL;
+    unsigned char *o = PyUnicode_1BYTE_DATA(out);
+    Py_ssize_t from = 0, w = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        const unsigned char *f = memchr(p + i, '\r', (size_t)(n - i));
+        if (!f)
+            break;
+        i = f - p;
+        memcpy(o + w, p + from, (size_t)(i - from));
+        w += i - from;
+        o[w++] = '\n';
+        i += (i + 1 < n && p[i + 1] == '\n') ? 2 : 1;
+        from = i;
+    }
+    memcpy(o + w, p + from, (size_t)(n - from));
+    return out;
+}
+
+/* the shortest literal at least this long: Wu-Manber (skips), else one bigram test per position */
+#define WM_FROM 6
+
+/* Wu-Manber with 2-character blocks: a window of m (the shortest literal's length) characters; the last
+ * two of the window say how far it can move on without skipping an occurrence's first m characters;
+ * 0: some literal's first m characters end with them, every literal is compared there */
+static void which_wm(const unsigned char *p, Py_ssize_t n, const unsigned char **lit, const Py_ssize_t *len,
+                     Py_ssize_t k, Py_ssize_t m, uint64_t all, uint64_t *found)
+{
+    static unsigned char shift[65536];  /* the GIL is held: one call at a time */
+    memset(shift, (int)(m - 1), sizeof shift);
+    for (Py_ssize_t a = 0; a < k; a++)
+        for (Py_ssize_t q = 0; q + 2 <= m; q++) {
+            unsigned b = lit[a][q] | (unsigned)lit[a][q + 1] << 8;
+            unsigned char sh = (unsigned char)(m - q - 2);
+            if (sh < shift[b])
+                shift[b] = sh;
+        }
+    for (Py_ssize_t i = 0; i + m <= n && *found != all;) {  /* window p[i..i+m) */
+        unsigned char sh = shift[p[i + m - 2] | (unsigned)p[i + m - 1] << 8];
+        if (sh) {
+            i += sh;
+            continue;
+        }
+        for (Py_ssize_t a = 0; a < k; a++)
+            if (n - i >= len[a] && memcmp(p + i, lit[a], (size_t)len[a]) == 0)
+                *found |= (uint64_t)1 << a;
+        i++;
+    }
+}
+
+static PyObject *which(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *text, *lits;
+    if (!PyArg_ParseTuple(args, "UO!:which", &text, &PyTuple_Type, &lits))
+        return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(lits);
+    if (k > MAX_LITERALS) {
+        PyErr_SetString(PyExc_ValueError, "which(): at most 63 literals");
+        return NULL;
+    }
+    const unsigned char *lit[MAX_LITERALS];
+    Py_ssize_t len[MAX_LITERALS];
+    for (Py_ssize_t a = 0; a < k; a++) {
+        PyObject *s = PyTuple_GET_ITEM(lits, a);
+        if (!PyUnicode_Check(s) || !PyUnicode_IS_ASCII(s) || PyUnicode_GET_LENGTH(s) < 2
+                || PyUnicode_GET_LENGTH(s) > 255) {
+            PyErr_SetString(PyExc_ValueError, "which(): each literal is an ASCII str of 2 to 255 characters");
+            return NULL;
+        }
+        lit[a] = PyUnicode_1BYTE_DATA(s);
+        len[a] = PyUnicode_GET_LENGTH(s);
+    }
+    if (!PyUnicode_IS_ASCII(text))
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t m = 255;
+    for (Py_ssize_t a = 0; a < k; a++)
+        m = len[a] < m ? len[a] : m;
+    uint64_t all = k ? (((uint64_t)1 << k) - 1) : 0, found = 0;
+    if (m >= WM_FROM) {
+        which_wm(p, n, lit, len, k, m, all, &found);
+    } else {
+        uint64_t table[65536 / 64];  /* bit (c0 | c1 << 8): some literal starts with c0 c1 */
+        memset(table, 0, sizeof table);
+        for (Py_ssize_t a = 0; a < k; a++) {
+            unsigned b = lit[a][0] | (unsigned)lit[a][1] << 8;
+            table[b >> 6] |= (uint64_t)1 << (b & 63);
+        }
+        for (Py_ssize_t i = 0; i + 1 < n && found != all; i++) {
+            unsigned b = p[i] | (unsigned)p[i + 1] << 8;
+            if (!(table[b >> 6] >> (b & 63) & 1))
+                continue;
+            for (Py_ssize_t a = 0; a < k; a++) {
+                if (lit[a][0] == p[i] && lit[a][1] == p[i + 1] && n - i >= len[a]
+                        && memcmp(p + i + 2, lit[a] + 2, (size_t)(len[a] - 2)) == 0)
+                    found |= (uint64_t)1 << a;
+            }
+        }
+    }
+    return PyLong_FromUnsignedLongLong(found);
+}
+
+/* 0x01 in each byte of x that is zero, 0x00 elsewhere (exact: no borrow between bytes) */
+static uint64_t zero_byte_ones(uint64_t x)
+{
+    const uint64_t low7 = 0x7f7f7f7f7f7f7f7fULL;
+    uint64_t y = (x & low7) + low7;
+    return (~(y | x | low7)) >> 7;
+}
+
+/* the sum of the eight byte lanes of acc */
+static Py_ssize_t lane_sum(uint64_t acc)
+{
+    const uint64_t even = 0x00ff00ff00ff00ffULL;
+    uint64_t pairs = (acc & even) + ((acc >> 8) & even);  /* four 16-bit lanes, each <= 510 */
+    return (Py_ssize_t)((pairs * 0x0001000100010001ULL) >> 48);
+}
+
+static PyObject *count_nl(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "count_nl() takes a str");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(arg))
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(arg);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(arg), i = 0, c = 0;
+    const uint64_t nl = 0x0a0a0a0a0a0a0a0aULL;
+    while (i + 8 <= n) {
+        uint64_t acc = 0;  /* per-byte counts: at most 255 words before they are summed */
+        for (int k = 0; k < 255 && i + 8 <= n; k++, i += 8) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            acc += zero_byte_ones(w ^ nl);
+        }
+        c += lane_sum(acc);
+    }
+    for (; i < n; i++)
+        c += p[i] == '\n';
+    return PyLong_FromSsize_t(c);
+}
+
+static PyObject *lines_with(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *text, *literal;
+    if (!PyArg_ParseTuple(args, "UU:lines_with", &text, &literal))
+        return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), len = PyUnicode_GET_LENGTH(literal);
+    if (!PyUnicode_IS_ASCII(text) || !PyUnicode_IS_ASCII(literal) || len < 1 || n == 0
+            || PyUnicode_1BYTE_DATA(text)[n - 1] != '\n')
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(text), *lit = PyUnicode_1BYTE_DATA(literal);
+    if (memchr(lit, '\n', (size_t)len))  /* a literal holding a newline: left to Python */
+        Py_RETURN_NONE;
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL;
+    Py_ssize_t pos = 0;
+    while (n - pos >= len) {
+        const unsigned char *f = memmem(p + pos, (size_t)(n - pos), lit, (size_t)len);
+        if (!f)
+            break;
+        Py_ssize_t at = f - p, start = at, end;
+        while (start > 0 && p[start - 1] != '\n')
+            start--;
+        const unsigned char *e = memchr(p + at, '\n', (size_t)(n - at));
+        end = e ? e - p : n - 1;  /* always found: the text ends with a newline */
+        PyObject *line = PyUnicode_Substring(text, start, end);
+        PyObject *item = line ? Py_BuildValue("(nN)", start, line) : NULL;
+        if (!item || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(item);
+        pos = end;
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"bars", bars, METH_O, "bars(data) -> data with tqdm's block glyphs (UTF-8 U+2580-U+259F) read as '#'"},
+    {"newlines", newlines, METH_O, "newlines(text) -> text with \\r\\n and \\r read as \\n, or None (non-ASCII)"},
+    {"which", which, METH_VARARGS, "which(text, literals) -> bit mask of the literals that occur, or None (non-ASCII)"},
+    {"count_nl", count_nl, METH_O, "count_nl(text) -> text.count('\\n'), or None (non-ASCII)"},
+    {"lines_with", lines_with, METH_VARARGS,
+     "lines_with(text, literal) -> [(start, line)] of LogStream.lines_with, or None (non-ASCII, no final newline)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cstream", "Generic per-block log passes in C.", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__cstream(void) { return PyModule_Create(&module); }
