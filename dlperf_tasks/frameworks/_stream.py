@@ -268,7 +268,11 @@ class LogStream:
             if at >= 0:
                 self.fc.error(f"line {self.line_no(block, at)}: longer than {MAX_LINE} characters (cap)")
         self.fc.facts.lines += n
-        rest = self.scan(block)
+        try:
+            rest = self.scan(block)
+        except (ValueError, OverflowError) as exc:  # e.g. a 5,000-digit step number (int()'s digit limit)
+            self.fc.error(f"lines {self._lineno + 1}-{self._lineno + n}: unreadable value ({str(exc)[:160]})")
+            rest = None
         self._crash_scan(block if rest is None else rest)
         self._lineno += n
         if not self.keep_samples:
