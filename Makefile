@@ -17,11 +17,13 @@ install: $(VENV)/.installed
 $(VENV)/.installed: requirements.lock pyproject.toml setup.py $(wildcard dlperf_tasks/frameworks/_c*.c) | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.lock
 	$(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=compat
+	$(BIN)/python -m compileall -q dlperf_tasks  # bytecode, as a wheel install has it (PYTHONDONTWRITEBYTECODE=1 shells never write it)
 	touch $@
 
 # the C scanners (setup.py) after a change to a dlperf_tasks/frameworks/_c*.c file
 build-ext: install
 	$(BIN)/python setup.py -q build_ext --inplace
+	$(BIN)/python -m compileall -q dlperf_tasks
 
 install-smoke: install $(VENV)/.installed-torch
 $(VENV)/.installed-torch: | $(BIN)/python
