@@ -7,12 +7,14 @@ through XCom as ``to_dict()`` and rebuilt with ``from_dict()``.
 from __future__ import annotations
 
 import enum
-import hashlib
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from dlperf_tasks.core.samples import Sample, Samples, as_samples  # noqa: F401 (Sample re-exported)
 from dlperf_tasks.core.topology import Topology
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Precision(str, enum.Enum):
@@ -153,6 +155,8 @@ class Trial:
     @property
     def key(self) -> str:
         """Short stable hash of the id, safe for container names and labels."""
+        import hashlib  # (here: start-up of dlperf extract, which never asks)
+
         return hashlib.sha1(self.id.encode()).hexdigest()[:12]
 
     def to_dict(self) -> dict[str, Any]:
