@@ -18,15 +18,14 @@ read as before. ``DLPERF_NO_SUITE_CACHE=1`` turns the cache off.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 from dlperf_tasks import __version__
+from dlperf_tasks.core.digest import sha256_hex
 from dlperf_tasks.core.settings import env_value
 
 _PKG = Path(__file__).resolve().parents[1]
@@ -56,7 +55,7 @@ def _code() -> bytes:
 
 
 def key(path: str, data: bytes) -> str:
-    return hashlib.sha256(b"\0".join((path.encode(), data, _code()))).hexdigest()[:40]
+    return sha256_hex(b"\0".join((path.encode(), data, _code())))[:40]
 
 
 def _trusted(st: os.stat_result) -> bool:
@@ -90,6 +89,8 @@ def put(path: str, data: bytes, suite) -> None:
     d = cache_dir()
     if d is None:
         return
+    import tempfile
+
     try:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")

@@ -155,9 +155,9 @@ class Trial:
     @property
     def key(self) -> str:
         """Short stable hash of the id, safe for container names and labels."""
-        import hashlib  # (here: start-up of dlperf extract, which never asks)
+        from dlperf_tasks.core.digest import sha1_hex  # (no OpenSSL start-up for it: dlperf extract)
 
-        return hashlib.sha1(self.id.encode()).hexdigest()[:12]
+        return sha1_hex(self.id.encode())[:12]
 
     def to_dict(self) -> dict[str, Any]:
         return {"cell": self.cell.to_dict(), "index": self.index}

@@ -85,8 +85,9 @@ def extract_run_id(suite_id: str, window: Window, trials: Iterable[TrialResult])
     trial's id, status, speed, timestamps and log file names), so two different archives of one
     suite get two ids (publishing the second never replaces the first) while extracting the same
     logs again gives the same id (re-publishing it stays idempotent)."""
-    import hashlib
     import json
+
+    from dlperf_tasks.core.digest import sha256_hex  # lazy: start-up (no OpenSSL for one digest)
 
     rows = []
     for t in sorted(trials, key=lambda t: t.trial.id):
@@ -95,7 +96,7 @@ def extract_run_id(suite_id: str, window: Window, trials: Iterable[TrialResult])
                      None if m is None else repr(m.value), None if m is None else repr(m.throughput),
                      t.started_at, t.finished_at, sorted(os.path.basename(p) for p in t.log_paths)])
     doc = json.dumps({"suite": suite_id, "window": window.to_dict(), "trials": rows}, sort_keys=True, default=str)
-    return f"extract-{suite_id}-{hashlib.sha256(doc.encode()).hexdigest()[:12]}"
+    return f"extract-{suite_id}-{sha256_hex(doc.encode())[:12]}"
 
 
 def dlperf_model_key(suite) -> str | None:
