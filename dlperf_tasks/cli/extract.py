@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import sys
 
 from dlperf_tasks.core.errors import DlperfError, ExtractError
@@ -120,6 +121,18 @@ def _text(fmt: str, res, result) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # one batch command: no collection pass for its imports, suite and result document (which
+    # make no garbage cycles); extract_tree() keeps it off for the logs the same way
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(args)
+    finally:
+        if gc_was_on:
+            gc.enable()
+
+
+def _run(args: argparse.Namespace) -> int:
     from dlperf_tasks.measure.extract import extract_tree
     from dlperf_tasks.report.result_json import extract_result
 

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
 
 from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.frameworks.base import NodeSpec
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -15,6 +15,7 @@ import os
 import stat
 
 from dlperf_tasks.core.errors import ExtractError
+from dlperf_tasks.core.pathtext import is_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -58,13 +59,13 @@ class LogTree:
     """A directory or a tar archive of logs. ``walk()`` lists usable files (``skipped`` gets the
     others with the reason); ``blocks(rel)`` streams one file's bytes."""
 
-    def __init__(self, root: Path, max_bytes: int | None = None):
+    def __init__(self, root: str | Path, max_bytes: int | None = None):
         self.root = root
         self.max_bytes = max_bytes or MAX_LOG_BYTES
         self.tar: tarfile.TarFile | None = None
         self.members: dict[str, tarfile.TarInfo] = {}
         self.skipped: list[tuple[str, str]] = []
-        if root.is_file():
+        if is_file(os.fspath(root)):
             import tarfile
 
             try:
