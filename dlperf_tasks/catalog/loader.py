@@ -15,12 +15,12 @@ that finds it there imports neither PyYAML nor the checks (issue 28.2).
 from __future__ import annotations
 
 import os
-import re
 
 from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.core.catalog_path import site_dirs
 from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.catalog import suitecache
+from dlperf_tasks.core.lazyre import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def list_suites(extra_dirs: list[str | os.PathLike] | None = None, errors: list[
     return suites
 
 
-_DAG_LINE = re.compile(r"(?m)^dag:[ \t]*['\"]?([a-z][a-z0-9_]{0,63})['\"]?[ \t]*(?:#.*)?$")
+_DAG_LINE = lazy(r"(?m)^dag:[ \t]*['\"]?([a-z][a-z0-9_]{0,63})['\"]?[ \t]*(?:#.*)?$")
 
 
 def group_of_broken_file(path: str | os.PathLike) -> str | None:

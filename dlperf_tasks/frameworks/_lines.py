@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import re
-from operator import add
+from itertools import compress, count, repeat
+from operator import add, ge
 
 from dlperf_tasks.core.lazyre import lazy
 from dlperf_tasks.core.model import LogFacts, as_samples
@@ -311,16 +312,18 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
     stride = max(int(stride or 1), 1)
     origin = its[0] - stride
     want_start, want_end = origin + skip + warmup, origin + skip + total
-    start = end = None
-    for k, it in enumerate(its):  # the iteration column: plain ints, Sample objects only for the two ends
-        if start is None and it >= want_start:
-            start = k
-        if it >= want_end:
-            end = k
-            break
-    if start is None or end is None:
+    # the first logged step >= each bound (want_end >= want_start: the end is never before the
+    # start), found in the iteration column at C speed; Sample objects only for the two ends
+    start = _first_at_least(its, want_start)
+    end = None if start is None else _first_at_least(its, want_end)
+    if end is None:
         return None, want_end
     return samples[start], samples[end]
+
+
+def _first_at_least(values: list, bound) -> int | None:
+    """The index of the first value ``>= bound`` (None: none is)."""
+    return next(compress(count(), map(ge, values, repeat(bound))), None)
 
 
 def window_problems(samples: list, stride: int | None, window, skip: int = 0, *, label: str = "step",
