@@ -15,65 +15,92 @@ that finds it there imports neither PyYAML nor the checks (issue 28.2).
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
 
 from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.core.catalog_path import site_dirs
 from dlperf_tasks.core.errors import CatalogError
-from dlperf_tasks.catalog.site import builtin_fallback
 from dlperf_tasks.catalog import suitecache
+from dlperf_tasks.core.lazyre import lazy
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: the most bytes a suite file may have: yamlsrc.MAX_BYTES (a unit test checks), here so that a cached
 #: load imports no yamlsrc
 MAX_BYTES = 256 * 1024
 
-BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
+#: the built-in suites' directory as text (``BUILTIN_DIR`` is its Path: made on first use, so that
+#: loading a built-in suite by id imports no pathlib, start-up of dlperf extract)
+_BUILTIN = os.path.join(os.path.dirname(os.path.realpath(__file__)), "suites")
 _SUFFIXES = (".yaml", ".yml")
 
 _CACHE: dict[str, tuple[int, int, Suite]] = {}
 
 
+def __getattr__(name: str):
+    if name == "BUILTIN_DIR":
+        return _builtin_dir()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _builtin_dir() -> Path:
+    from pathlib import Path
+
+    return Path(_BUILTIN)
+
+
 def search_dirs(extra_dirs: list[str | os.PathLike] | None = None) -> list[Path]:
     """Directories searched for suites, in order: ``extra_dirs``, ``$DLPERF_CATALOG_PATH``, built-in."""
-    return [*site_dirs(extra_dirs), BUILTIN_DIR]
+    return [*site_dirs(extra_dirs), _builtin_dir()]
 
 
 def load_file(path: str | os.PathLike) -> Suite:
     """Load and validate one suite file (cached by path, mtime and size)."""
-    p = Path(path)
+    from pathlib import Path
+
+    return _load(str(Path(path)))
+
+
+def _load(name: str) -> Suite:
+    """:func:`load_file` of ``name``, a path as ``str(Path(...))`` writes it."""
     try:
-        st = p.stat()
+        st = os.stat(name)
     except OSError as exc:
-        raise CatalogError(f"{p}: cannot read suite file: {exc.strerror}") from None
-    key = str(p.resolve())
+        raise CatalogError(f"{name}: cannot read suite file: {exc.strerror}") from None
+    key = os.path.realpath(name)
     hit = _CACHE.get(key)
     if hit and hit[0] == st.st_mtime_ns and hit[1] == st.st_size:
         return hit[2]
 
-    if not p.is_file():
-        raise CatalogError(f"{p}: cannot read suite file: not a regular file")
+    if not os.path.isfile(name):
+        raise CatalogError(f"{name}: cannot read suite file: not a regular file")
     if st.st_size > MAX_BYTES:  # checked before reading: a huge file is never loaded
-        raise CatalogError(f"{p}: file is {st.st_size} bytes; a suite file may have at most {MAX_BYTES}")
+        raise CatalogError(f"{name}: file is {st.st_size} bytes; a suite file may have at most {MAX_BYTES}")
     try:
-        raw = p.read_bytes()
+        with open(name, "rb") as fh:
+            raw = fh.read()
     except OSError as exc:
-        raise CatalogError(f"{p}: cannot read suite file: {exc.strerror}") from None
+        raise CatalogError(f"{name}: cannot read suite file: {exc.strerror}") from None
     # the package's own suites are schema-checked by the tests, not on every load (start-up cost),
     # and kept parsed on disk
-    builtin = Path(key).parent == BUILTIN_DIR
-    suite = suitecache.get(str(p), raw) if builtin else None
+    builtin = os.path.dirname(key) == _BUILTIN
+    suite = suitecache.get(name, raw) if builtin else None
     if suite is None:
-        suite = _parse(p, raw, builtin)
+        suite = _parse(name, raw, builtin)
         if builtin:
-            suitecache.put(str(p), raw, suite)
+            suitecache.put(name, raw, suite)
     _CACHE[key] = (st.st_mtime_ns, st.st_size, suite)
     return suite
 
 
-def _parse(p: Path, raw: bytes, builtin: bool) -> Suite:
+def _parse(name: str, raw: bytes, builtin: bool) -> Suite:
+    from pathlib import Path
+
     from dlperf_tasks.catalog.validate import build_suite  # lazy: start-up of dlperf extract (a cached suite needs no checks)
     from dlperf_tasks.catalog.yamlsrc import parse_yaml  # lazy: start-up of dlperf extract (PyYAML's import ~10 ms)
+
+    p = Path(name)
 
     try:
         text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text() read it
@@ -101,6 +128,11 @@ def load_suite(id_or_path: str | os.PathLike, extra_dirs: list[str | os.PathLike
     text = str(id_or_path)
     if isinstance(id_or_path, os.PathLike) or _looks_like_path(text):
         return load_file(text)
+    if not extra_dirs and not site_dirs():  # only the built-in catalog: found without pathlib
+        for suffix in _SUFFIXES:
+            candidate = os.path.join(_BUILTIN, f"{text}{suffix}")  # = str(BUILTIN_DIR / name): no "/" in text
+            if os.path.isfile(candidate):
+                return _load(candidate)
     path = find_suite_file(text, extra_dirs)
     if path is None:
         known = ", ".join(sorted(_suite_files(extra_dirs))) or "none"
@@ -125,6 +157,8 @@ def _load_or_fallback(path: Path) -> tuple[Suite | None, CatalogError | None]:
     """``(suite, None)``; for a broken file ``(None, error)``, except a broken SITE file that
     overrides a built-in suite: the built-in suite runs instead, ``(builtin, error)`` (a site file
     never hides a built-in suite, and never silently: the error says what happened)."""
+    from dlperf_tasks.catalog.site import builtin_fallback
+
     try:
         return load_file(path), None
     except CatalogError as exc:
@@ -157,13 +191,15 @@ def list_suites(extra_dirs: list[str | os.PathLike] | None = None, errors: list[
     return suites
 
 
-_DAG_LINE = re.compile(r"(?m)^dag:[ \t]*['\"]?([a-z][a-z0-9_]{0,63})['\"]?[ \t]*(?:#.*)?$")
+_DAG_LINE = lazy(r"(?m)^dag:[ \t]*['\"]?([a-z][a-z0-9_]{0,63})['\"]?[ \t]*(?:#.*)?$")
 
 
 def group_of_broken_file(path: str | os.PathLike) -> str | None:
     """Best-effort DAG group of a suite file that failed to load: its top-level ``dag:`` line
     (read as text, so a syntax error elsewhere does not matter), else the group of the built-in
     suite it overrides; None when neither tells."""
+    from pathlib import Path
+
     p = Path(path)
     try:
         with open(p, "rb") as f:
@@ -173,7 +209,7 @@ def group_of_broken_file(path: str | os.PathLike) -> str | None:
             return m.group(1)
     except OSError:
         pass
-    builtin = BUILTIN_DIR / f"{p.stem}.yaml"
+    builtin = _builtin_dir() / f"{p.stem}.yaml"
     if builtin.is_file() and builtin.resolve() != p.resolve():
         try:
             return load_file(builtin).dag

@@ -18,18 +18,22 @@ read as before. ``DLPERF_NO_SUITE_CACHE=1`` turns the cache off.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import stat
 import sys
-import tempfile
-from pathlib import Path
 
 from dlperf_tasks import __version__
+from dlperf_tasks.core.digest import sha256_hex
+from dlperf_tasks.core.pathtext import path_text
 from dlperf_tasks.core.settings import env_value
 
-_PKG = Path(__file__).resolve().parents[1]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+#: the package directory (paths as text: a cache hit imports no pathlib, start-up of dlperf extract)
+_PKG = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _CODE_DIRS = ("catalog", "core", "policy", "frameworks")
 _code_key: bytes | None = None
 #: entries kept: every code change makes new keys, so a put beyond this drops the oldest (a dev checkout)
@@ -37,10 +41,20 @@ MAX_ENTRIES = 64
 
 
 def cache_dir() -> Path | None:
+    d = _cache_dir()
+    if d is None:
+        return None
+    from pathlib import Path
+
+    return Path(d)
+
+
+def _cache_dir() -> str | None:
+    """:func:`cache_dir` as ``str(Path)`` writes it."""
     if env_value("no_suite_cache"):
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dlperf" / "suites" if os.path.isabs(base) else None
+    return path_text(os.path.join(base, "dlperf", "suites")) if os.path.isabs(base) else None
 
 
 def _code() -> bytes:
@@ -48,7 +62,7 @@ def _code() -> bytes:
     if _code_key is None:
         parts = [__version__, sys.version]
         for d in _CODE_DIRS:
-            with os.scandir(_PKG / d) as it:
+            with os.scandir(os.path.join(_PKG, d)) as it:
                 parts += sorted(f"{e.name}:{e.stat().st_size}:{e.stat().st_mtime_ns}"
                                 for e in it if e.name.endswith(".py"))
         _code_key = "\n".join(parts).encode()
@@ -56,7 +70,7 @@ def _code() -> bytes:
 
 
 def key(path: str, data: bytes) -> str:
-    return hashlib.sha256(b"\0".join((path.encode(), data, _code()))).hexdigest()[:40]
+    return sha256_hex(b"\0".join((path.encode(), data, _code())))[:40]
 
 
 def _trusted(st: os.stat_result) -> bool:
@@ -65,11 +79,11 @@ def _trusted(st: os.stat_result) -> bool:
 
 def get(path: str, data: bytes):
     """The cached Suite of the file ``path`` holding ``data``, or None."""
-    d = cache_dir()
+    d = _cache_dir()
     if d is None:
         return None
     try:
-        fd = os.open(d / f"{key(path, data)}.pickle", os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(os.path.join(d, f"{key(path, data)}.pickle"), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
     try:
@@ -90,6 +104,8 @@ def put(path: str, data: bytes, suite) -> None:
     d = cache_dir()
     if d is None:
         return
+    import tempfile
+
     try:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")

@@ -14,7 +14,10 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-from typing import Iterator, TextIO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterator, TextIO
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

@@ -6,12 +6,14 @@ each directory must exist."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
-
-from typing import Sequence
 
 from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.core.settings import env_name, env_value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Sequence
 
 ENV_VAR = env_name("catalog_path")
 
@@ -20,9 +22,14 @@ def site_dirs(extra_dirs: list[str | os.PathLike] | None = None,
               catalog_path: Sequence[str] | None = None) -> list[Path]:
     """The site catalog directories, in search order (the built-in catalog not included):
     ``extra_dirs``, then ``catalog_path`` (a Settings' ``catalog_path``; None: the environment's)."""
-    dirs: list[Path] = [Path(d) for d in (extra_dirs or [])]
+    extra = list(extra_dirs or [])
     if catalog_path is None:
         catalog_path = env_value("catalog_path")
+    if not extra and not catalog_path:
+        return []  # the usual case: no pathlib to import (start-up of dlperf extract)
+    from pathlib import Path
+
+    dirs: list[Path] = [Path(d) for d in extra]
     dirs += [Path(entry) for entry in catalog_path]
     for d in dirs:
         try:

@@ -7,12 +7,14 @@ through XCom as ``to_dict()`` and rebuilt with ``from_dict()``.
 from __future__ import annotations
 
 import enum
-import hashlib
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from dlperf_tasks.core.samples import Sample, Samples, as_samples  # noqa: F401 (Sample re-exported)
 from dlperf_tasks.core.topology import Topology
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Precision(str, enum.Enum):
@@ -153,7 +155,9 @@ class Trial:
     @property
     def key(self) -> str:
         """Short stable hash of the id, safe for container names and labels."""
-        return hashlib.sha1(self.id.encode()).hexdigest()[:12]
+        from dlperf_tasks.core.digest import sha1_hex  # (no OpenSSL start-up for it: dlperf extract)
+
+        return sha1_hex(self.id.encode())[:12]
 
     def to_dict(self) -> dict[str, Any]:
         return {"cell": self.cell.to_dict(), "index": self.index}

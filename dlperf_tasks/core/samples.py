@@ -17,7 +17,10 @@ numbers only), so the conversion cannot fail and every value is finite.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 @dataclass(slots=True)

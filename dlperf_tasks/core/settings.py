@@ -28,14 +28,18 @@ that no settings object, repr or log line ever holds them.
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Callable, Mapping
 
 from dlperf_tasks.core.errors import DlperfError
-from dlperf_tasks.core.safeurl import refusal, safe_url, scheme_problem
+
+# (json, pathlib and the URL checks are imported by the functions that use them: a command that
+# only asks env_value() for a key, dlperf extract, never needs them)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Mapping
 
 POLICIES = ("continue", "fail_fast")
 NOTIFY_ONS = ("findings", "confirmed")
@@ -52,11 +56,15 @@ class SettingsError(DlperfError, ValueError):
 
 def project_root() -> Path:
     """The checkout (or install) root: the parent of the ``dlperf_tasks`` package."""
+    from pathlib import Path
+
     return Path(__file__).resolve().parents[2]
 
 
 def data_dir() -> Path:
     """``$DLPERF_HOME``, else ``<checkout>/.run``: where the default store and work dir live."""
+    from pathlib import Path
+
     home = os.environ.get("DLPERF_HOME")
     return Path(home).expanduser() if home else project_root() / ".run"
 
@@ -120,6 +128,8 @@ class Settings:
 
     def describe_store(self) -> str:
         """One line for the CLI: which store (never its credentials), and why that one."""
+        from dlperf_tasks.core.safeurl import safe_url
+
         return f"store: {safe_url(self.store_url)} (from {self.store_source})"
 
     @classmethod
@@ -134,6 +144,8 @@ def _store_url(url: str, where: str) -> str:
     credentials (user info, a credential-like parameter, any scheme) is refused in one line
     that shows it only in its safe form; so is a scheme the store cannot open
     (:data:`dlperf_tasks.core.safeurl.STORE_SCHEMES`, the store's own list)."""
+    from dlperf_tasks.core.safeurl import refusal, scheme_problem
+
     url = url.strip()
     problem = refusal(url) or scheme_problem(url)
     if problem:
@@ -187,6 +199,8 @@ def _json_object(raw: str, key: str) -> str:
     text = str(raw).strip()
     if not text:
         return ""
+    import json
+
     try:
         doc = json.loads(text)
     except ValueError as exc:

@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import math
 import re
-from operator import add
-from typing import Iterable, Iterator
+from itertools import compress, count, repeat
+from operator import add, ge
 
+from dlperf_tasks.core.lazyre import lazy
 from dlperf_tasks.core.model import LogFacts, as_samples
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable, Iterator
 
 #: longest line kept (longer ones are cut; real training lines are < 4 KiB,
 #: the MXNet ``Namespace(...)`` line is ~20 KiB)
@@ -31,28 +36,26 @@ _NEWLINES = re.compile(r"\r\n|\r|\n")
 _TAG = re.compile(r"^\[(\d+),(\d+)\]<(?:stdout|stderr|stddiag)>:")
 
 # (marker name reported in LogFacts.crash_markers, regex searched in each line)
+#: (each compiled on first use: a log without a crash hint never needs one)
 CRASH_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("Traceback", re.compile(r"Traceback \(most recent call last\)")),
-    ("CUDA out of memory", re.compile(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
-    ("out of memory", re.compile(r"\bResourceExhaustedError\b|\bOOM when allocating\b|std::bad_alloc")),
-    ("NCCL error", re.compile(r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN .*(?i:failed|error)")),
-    ("Killed", re.compile(r"(?:^|\s)Killed(?:\s|$)")),
-    ("exited on signal", re.compile(r"exited on signal \d+")),
-    ("non-zero exit", re.compile(r"returned a non-zero exit code|returned non-zero exit status")),
-    ("Segmentation fault", re.compile(r"Segmentation fault|SIGSEGV|core dumped")),
-    ("MPI abort", re.compile(r"MPI_ABORT was invoked|ORTE has lost communication|ORTE was unable to reliably start")),
-    ("CUDA error", re.compile(r"CUDA error: |CUDNN_STATUS_[A-Z_]*ERROR|cudaErrorLaunchFailure|an illegal memory access")),
-    ("MXNet error", re.compile(r"mxnet\.base\.MXNetError")),
+    ("Traceback", lazy(r"Traceback \(most recent call last\)")),
+    ("CUDA out of memory", lazy(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
+    ("out of memory", lazy(r"\bResourceExhaustedError\b|\bOOM when allocating\b|std::bad_alloc")),
+    ("NCCL error", lazy(r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN .*(?i:failed|error)")),
+    ("Killed", lazy(r"(?:^|\s)Killed(?:\s|$)")),
+    ("exited on signal", lazy(r"exited on signal \d+")),
+    ("non-zero exit", lazy(r"returned a non-zero exit code|returned non-zero exit status")),
+    ("Segmentation fault", lazy(r"Segmentation fault|SIGSEGV|core dumped")),
+    ("MPI abort", lazy(r"MPI_ABORT was invoked|ORTE has lost communication|ORTE was unable to reliably start")),
+    ("CUDA error", lazy(r"CUDA error: |CUDNN_STATUS_[A-Z_]*ERROR|cudaErrorLaunchFailure|an illegal memory access")),
+    ("MXNet error", lazy(r"mxnet\.base\.MXNetError")),
     # the script refused its command line (argparse exits 2, absl 1) or failed a setup check before
     # training: the line says why (a misspelled flag, a BERT-large config, a Megatron assert)
-    ("usage error", re.compile(r"\S: error: (?:unrecognized arguments|the following arguments are required|argument )"
-                               r"|FATAL Flags parsing error")),
-    ("setup error", re.compile(r"^(?:ValueError|AssertionError|FileNotFoundError): \S")),
+    ("usage error", lazy(r"\S: error: (?:unrecognized arguments|the following arguments are required|argument )"
+                         r"|FATAL Flags parsing error")),
+    ("setup error", lazy(r"^(?:ValueError|AssertionError|FileNotFoundError): \S")),
 ]
 
-
-# one combined regex (group g<i> = CRASH_PATTERNS[i]) so each line is searched once
-_CRASH_ANY = re.compile("|".join(f"(?P<g{i}>{rx.pattern})" for i, (_, rx) in enumerate(CRASH_PATTERNS)))
 # Every crash pattern above contains one of these literal substrings. A line with none of them
 # cannot match, and ``in`` is ~30x faster than the combined regex (which tries every
 # alternative at every position: ~70 us on a 200-character line, i.e. minutes for a 1 GB log).
@@ -309,16 +312,18 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
     stride = max(int(stride or 1), 1)
     origin = its[0] - stride
     want_start, want_end = origin + skip + warmup, origin + skip + total
-    start = end = None
-    for k, it in enumerate(its):  # the iteration column: plain ints, Sample objects only for the two ends
-        if start is None and it >= want_start:
-            start = k
-        if it >= want_end:
-            end = k
-            break
-    if start is None or end is None:
+    # the first logged step >= each bound (want_end >= want_start: the end is never before the
+    # start), found in the iteration column at C speed; Sample objects only for the two ends
+    start = _first_at_least(its, want_start)
+    end = None if start is None else _first_at_least(its, want_end)
+    if end is None:
         return None, want_end
     return samples[start], samples[end]
+
+
+def _first_at_least(values: list, bound) -> int | None:
+    """The index of the first value ``>= bound`` (None: none is)."""
+    return next(compress(count(), map(ge, values, repeat(bound))), None)
 
 
 def window_problems(samples: list, stride: int | None, window, skip: int = 0, *, label: str = "step",

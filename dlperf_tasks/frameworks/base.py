@@ -9,12 +9,15 @@ from __future__ import annotations
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
 from dlperf_tasks.frameworks import preflight
 from dlperf_tasks.frameworks._stream import parse_with
 from dlperf_tasks.frameworks._stream import LineParseStream
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable, Mapping
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,10 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from dlperf_tasks import frameworks
 from dlperf_tasks.core.errors import ExtractError
+from dlperf_tasks.core.pathtext import exists, path_text
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.measure.lognames import (LOOKED_FOR, MEGATRON_FILE_RE, TOPO_DIR_RE, TRIAL_FILE_RE, LogFile,  # noqa: F401
                                    TrialFiles, discover, is_megatron_style, topology_from_path)
@@ -38,6 +37,10 @@ from dlperf_tasks.core.model import LogFacts, ParsedLog, Samples, Trial, TrialRe
 from dlperf_tasks.measure.stats import CellStats, aggregate
 from dlperf_tasks.measure.validity import gate, missing_log
 from dlperf_tasks.frameworks._lines import _utf8_safe, split_chunks
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Iterator, TextIO
 
 #: the model key DLPerf's own extractors printed in their result dict, per framework
 #: (seed 000: 'bert-base', 003: 'bert', 004: 'rn50'); a suite's ``extra: {dlperf_model: ...}`` wins
@@ -85,8 +88,9 @@ def extract_run_id(suite_id: str, window: Window, trials: Iterable[TrialResult])
     trial's id, status, speed, timestamps and log file names), so two different archives of one
     suite get two ids (publishing the second never replaces the first) while extracting the same
     logs again gives the same id (re-publishing it stays idempotent)."""
-    import hashlib
     import json
+
+    from dlperf_tasks.core.digest import sha256_hex  # lazy: start-up (no OpenSSL for one digest)
 
     rows = []
     for t in sorted(trials, key=lambda t: t.trial.id):
@@ -95,7 +99,7 @@ def extract_run_id(suite_id: str, window: Window, trials: Iterable[TrialResult])
                      None if m is None else repr(m.value), None if m is None else repr(m.throughput),
                      t.started_at, t.finished_at, sorted(os.path.basename(p) for p in t.log_paths)])
     doc = json.dumps({"suite": suite_id, "window": window.to_dict(), "trials": rows}, sort_keys=True, default=str)
-    return f"extract-{suite_id}-{hashlib.sha256(doc.encode()).hexdigest()[:12]}"
+    return f"extract-{suite_id}-{sha256_hex(doc.encode())[:12]}"
 
 
 def dlperf_model_key(suite) -> str | None:
@@ -191,8 +195,8 @@ def _gate_logs(fw: Framework, trial: Trial, logs: dict[int, str], open_blocks: C
             return missing_log(trial, f"cannot read {rel}: {exc}", log_paths=paths, **runtime)
         parsed[node] = stream.close()
         budget = max(budget - parsed[node].facts.lines, 0)
-    return gate(fw, trial, _merge(parsed, metric_nodes), window, log_paths=paths,
-                plausible_max_per_gpu=plausible_max_per_gpu, **runtime)
+    return gate(fw, trial, _merge(parsed, metric_nodes), window, log_paths=paths,  # (parsed: ours, not read again)
+                plausible_max_per_gpu=plausible_max_per_gpu, own_samples=True, **runtime)
 
 
 def extract_trial(source: LogTree, fw: Framework, tf: TrialFiles, window: Window,
@@ -211,6 +215,8 @@ def gate_run_logs(trial: Trial, run_dir: str | os.PathLike, window: Window | Non
     ``plausible_max_per_gpu``: the suite's bound (``suite.extra``; None = the framework's default).
     """
     fw = frameworks.get(trial.cell.framework)
+    from pathlib import Path
+
     root = Path(run_dir)
     logs = {}
     for node in range(trial.cell.topology.nodes):
@@ -238,8 +244,8 @@ def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int |
     callable) gets a line every few seconds on large trees. Raises :class:`ExtractError`
     when the tree holds no log that fits the naming.
     """
-    root = Path(log_dir)
-    if not root.exists():
+    root = path_text(log_dir)  # str(Path(log_dir)), as the messages and the result's log_dir show it
+    if not exists(root):
         raise ExtractError(f"log directory {root} does not exist")
     window = window or suite.window
     fw = frameworks.get(suite.framework)
@@ -279,7 +285,7 @@ def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int |
         source.close()
         if gc_was_on:
             gc.enable()
-    return ExtractResult(suite=suite, log_dir=str(root), window=window, trials=results,
+    return ExtractResult(suite=suite, log_dir=root, window=window, trials=results,
                          cells=aggregate(results), skipped=skipped, files_seen=seen,
                          samples_kept=not drop, sample_refs=refs)
 

@@ -11,15 +11,17 @@ used (a directory named ``1n1g\\n`` is not a topology).
 
 from __future__ import annotations
 
-import lzma
 import os
 import stat
-import tarfile
-import zlib
-from pathlib import Path, PurePosixPath
-from typing import Iterator
 
 from dlperf_tasks.core.errors import ExtractError
+from dlperf_tasks.core.pathtext import is_file
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import tarfile
+    from pathlib import Path
+    from typing import Iterator
 
 #: the largest log read (bytes); beyond it the trial is invalid "file larger than the cap"
 MAX_LOG_BYTES = 4 << 30
@@ -28,12 +30,25 @@ MAX_TRIAL_LINES = 50_000_000
 #: bytes per read
 BLOCK = 1 << 20
 
-#: what a truncated/corrupt .tar(.gz|.bz2|.xz) raises while it is read
-ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError)
+
+def archive_errors() -> tuple[type[BaseException], ...]:
+    """What a truncated/corrupt .tar(.gz|.bz2|.xz) raises while it is read (tarfile, zlib and lzma
+    are imported only for an archive: start-up of ``dlperf extract`` on a directory)."""
+    import lzma
+    import tarfile
+    import zlib
+
+    return (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError)
 
 
 class FileTooLarge(OSError):
     """A log is larger than :data:`MAX_LOG_BYTES` (the part before the cap was read)."""
+
+
+def _posix_path(name: str):
+    from pathlib import PurePosixPath
+
+    return PurePosixPath(name)
 
 
 def _bad_name(rel: str) -> bool:
@@ -44,18 +59,20 @@ class LogTree:
     """A directory or a tar archive of logs. ``walk()`` lists usable files (``skipped`` gets the
     others with the reason); ``blocks(rel)`` streams one file's bytes."""
 
-    def __init__(self, root: Path, max_bytes: int | None = None):
+    def __init__(self, root: str | Path, max_bytes: int | None = None):
         self.root = root
         self.max_bytes = max_bytes or MAX_LOG_BYTES
         self.tar: tarfile.TarFile | None = None
         self.members: dict[str, tarfile.TarInfo] = {}
         self.skipped: list[tuple[str, str]] = []
-        if root.is_file():
+        if is_file(os.fspath(root)):
+            import tarfile
+
             try:
                 is_tar = tarfile.is_tarfile(root)
                 if is_tar:
                     self.tar = tarfile.open(root, "r:*")  # reads headers only; members are streamed on demand
-            except ARCHIVE_ERRORS as exc:
+            except archive_errors() as exc:
                 raise ExtractError(f"archive {root} is truncated or corrupt: {type(exc).__name__}: {exc}") from None
             if not is_tar:
                 raise ExtractError(f"--log-dir {root} is a file but not a tar archive; give a directory of logs "
@@ -85,7 +102,7 @@ class LogTree:
     def _walk_tar(self) -> Iterator[str]:
         try:
             for m in self.tar:  # iterating reads the member headers, not their data
-                rel = str(PurePosixPath(m.name.lstrip("./") or m.name))
+                rel = str(_posix_path(m.name.lstrip("./") or m.name))
                 if not m.isfile():
                     if m.name.endswith(".log"):
                         self.skipped.append((ascii(rel)[1:-1], "not a regular file in the archive"))
@@ -95,7 +112,7 @@ class LogTree:
                     continue
                 self.members[rel] = m
                 yield rel
-        except ARCHIVE_ERRORS as exc:
+        except archive_errors() as exc:
             raise ExtractError(f"archive {self.root} is truncated or corrupt after {len(self.members)} "
                                f"file(s): {type(exc).__name__}: {exc}") from None
 
@@ -128,7 +145,7 @@ class LogTree:
                 yield from _capped(fh, self.max_bytes, what)
             except FileTooLarge:
                 raise
-            except ARCHIVE_ERRORS as exc:
+            except archive_errors() as exc:
                 raise OSError(f"{what} is truncated or corrupt ({type(exc).__name__}: {exc})") from None
             return
         yield from read_regular(os.path.join(str(self.root), rel), self.max_bytes)

@@ -32,10 +32,13 @@ import math
 from bisect import bisect_right
 from collections import Counter
 from operator import sub
-from typing import Mapping
 
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import MetricKind, ParsedLog, Samples, Trial, TrialMetric, TrialResult, TrialStatus, Window
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Mapping
 
 #: sample units whose value is a timestamp (may be 0 or negative relative times)
 _TIMESTAMP_UNITS = {"s"}
@@ -291,13 +294,15 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
          runtime_status: TrialStatus | None = None, runtime_reason: str = "",
          log_paths: list[str] | None = None, nodes: list[str] | None = None,
          started_at: float | None = None, finished_at: float | None = None,
-         plausible_max_per_gpu: float | None = None) -> TrialResult:
+         plausible_max_per_gpu: float | None = None, own_samples: bool = False) -> TrialResult:
     """Check one trial and compute its metric.
 
     ``window`` defaults to the cell's window. ``runtime_status`` is what the runner saw
     (``HANG``, ``TIMEOUT``, ``NONZERO_EXIT``...); any status other than OK/None is kept,
     with the log problems appended to the reason. ``plausible_max_per_gpu``: the suite's bound
-    (None: the framework's default ``Framework.plausible_max_per_gpu``).
+    (None: the framework's default ``Framework.plausible_max_per_gpu``). ``own_samples``: the
+    caller hands ``parsed`` over and never reads it again, so its samples become the result's
+    as they are (else the result gets a copy).
     """
     cell = trial.cell
     window = window or cell.window
@@ -335,7 +340,7 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
         status = TrialStatus.OK
     return TrialResult(
         trial=trial, status=status, reason="; ".join(reasons), metric=metric,
-        samples=parsed.samples.copy(), log_paths=list(log_paths or []), nodes=list(nodes or []),
+        samples=parsed.samples if own_samples else parsed.samples.copy(), log_paths=list(log_paths or []), nodes=list(nodes or []),
         exit_codes=dict(exit_codes or {}), started_at=started_at, finished_at=finished_at,
     )
 

@@ -23,10 +23,13 @@ speeds, dispersion, invalid trials) uses :mod:`.numbers`: 2 decimals, the CV as 
 from __future__ import annotations
 
 import pprint
-from typing import Any, Iterable, Iterator, Mapping
 
 from dlperf_tasks.report.numbers import num2, pct
 from dlperf_tasks.report.flags import flags_lines
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Iterator, Mapping
 
 _TP_HEADER = ["node_num", "gpu_num", "samples/s", "speedup"]
 _FULL_HEADER = ["node_num", "gpu_num", "median", "average", "min", "max", "stdev", "cv %",
@@ -263,12 +266,20 @@ def dlperf_text_lines(result: Mapping[str, Any]) -> Iterator[str]:
         if c.get("metric_kind") != "throughput":
             continue
         acc: dict[int, float] = {}
+        shown = "{"  # repr(acc) without its closing brace, grown by one item per new trial (the
+        # dicts are quadratic in a cell's trials: repr-ing each whole was most of this function)
         for t in c.get("trials", []):
             log = t.get("log") or t.get("trial_id")
             if t.get("valid") and t.get("value") is not None:
-                acc[t["index"]] = t["value"]
+                index, value = t["index"], t["value"]
+                if index in acc:  # the same index again: the dict keeps its place, so repr it whole
+                    acc[index] = value
+                    shown = repr(acc)[:-1]
+                else:
+                    acc[index] = value
+                    shown += f"{', ' if len(acc) > 1 else ''}{index!r}: {value!r}"
                 any_line = True
-                yield f"{log} {acc}"
+                yield f"{log} {shown}}}"
             else:
                 invalid.append(f"# invalid: {log}: {t.get('status')}: {t.get('reason')}")
     for key, per_model in result.get("dlperf", {}).items():

@@ -6,7 +6,10 @@ the results page and ``make run``'s table use these."""
 from __future__ import annotations
 
 import math
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _finite(v: Any) -> float | None:

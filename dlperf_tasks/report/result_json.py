@@ -21,19 +21,21 @@ names it); non-finite raw values are written as the strings ``"NaN"``, ``"Infini
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import math
 import os
-from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
-
+from collections.abc import Mapping
 
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.core.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
 from dlperf_tasks.measure.extract import dlperf_model_key
 from dlperf_tasks.measure.stats import CellStats, dlperf_dict, dlperf_round
-from dlperf_tasks.report.result_stream import write_atomic
+
+# (json, datetime and the atomic writer are imported where used: start-up of dlperf extract,
+# whose --format dlperf builds the document but never serialises it here)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, Callable, Iterable
 
 SCHEMA_VERSION = 1
 
@@ -261,6 +263,8 @@ def _latency_dict(cells: Iterable[CellStats]) -> dict[str, Any]:
 
 
 def now_iso() -> str:
+    import datetime as _dt
+
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -291,6 +295,8 @@ def build_result(cells: list[CellStats], run: Mapping[str, Any] | None = None, *
 
 def dumps(result: Mapping[str, Any]) -> str:
     """Serialise: indented, but each trial's sample list on one line (they can be long)."""
+    import json
+
     doc = json.loads(json.dumps(result))  # deep copy
     blobs: dict[str, str] = {}
     for ci, cell in enumerate(doc.get("cells", [])):
@@ -306,6 +312,8 @@ def dumps(result: Mapping[str, Any]) -> str:
 
 def write_result(result: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Validate and write atomically (temp file + rename). Returns the path."""
+    from dlperf_tasks.report.result_stream import write_atomic
+
     validate(result, where=str(path))
     data = dumps(result).encode("utf-8")
     return write_atomic(path, lambda fh: fh.write(data))
@@ -330,6 +338,8 @@ def validate(result: Mapping[str, Any], where: str = "result") -> None:
 
 def load_result(path: str | os.PathLike) -> dict[str, Any]:
     """Read and validate a result JSON (checks ``schema_version``)."""
+    import json
+
     try:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)

@@ -22,8 +22,11 @@ import os
 import re
 import shutil
 import tempfile
-from pathlib import Path
-from typing import IO, Any, Callable, Mapping
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import IO, Any, Callable, Mapping
 
 _TOKEN = "@@dlperf-samples-{}@@"
 _TOKEN_RE = re.compile(r'"@@dlperf-samples-(\d+)@@"')
@@ -114,6 +117,8 @@ def write_document(result: Mapping[str, Any], spool: SampleSpool | None, out: IO
 def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     """``write(fh)`` into a temp file beside ``path``, then rename it over ``path`` (a reader sees the old
     file or the whole new one; the temp file never stays behind). Returns the path."""
+    from pathlib import Path  # (here: dlperf extract --format json writes no file)
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".result-", suffix=".json", dir=path.parent)
