@@ -25,10 +25,13 @@ from __future__ import annotations
 import codecs
 import math
 import re
-from typing import Iterable
 
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, FactCollector, strip_tag
 from dlperf_tasks.core.model import LogFacts, ParsedLog, Sample, Samples
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable
 
 try:  # the compiled block passes (setup.py builds it; without it: the same passes in Python, same results)
     from dlperf_tasks.frameworks import _cstream

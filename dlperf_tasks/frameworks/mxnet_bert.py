@@ -37,9 +37,7 @@ import itertools
 import math
 import operator
 import re
-import statistics
 from collections import Counter, defaultdict
-from typing import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
@@ -48,6 +46,10 @@ from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 from dlperf_tasks.core.samples import LazyFloats
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Mapping
 
 try:  # the compiled step-line scanner and per-step reductions (setup.py builds them; same results as
     # the Python code below, which they fall back to)
@@ -261,6 +263,8 @@ def _median_speeds(samples, lo: int, hi: int, k: float) -> dict[int, float]:
                 out[step] = k / s[m] if len(s) % 2 else (k / s[m - 1] + k / s[m]) / 2
                 a = end
             return out
+    import statistics  # the pure-Python path only (~5 ms of start-up)
+
     return {step: statistics.median(v) for step, v in _speeds_by_step(samples, lo, hi, k).items()}
 
 

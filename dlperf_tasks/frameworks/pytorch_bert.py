@@ -38,7 +38,6 @@ the repository's bert_config.json = BERT-large), ``output_dir`` (results/checkpo
 from __future__ import annotations
 
 import math
-from typing import Mapping
 
 from dlperf_tasks.frameworks._launch import container_path
 from dlperf_tasks.core.errors import CatalogError
@@ -48,6 +47,10 @@ from dlperf_tasks.frameworks._lines import round2, step_window, window_problems
 from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
 from dlperf_tasks.frameworks.pytorch_bert_stream import SKIP_STEPS, PytorchBertStream, _stride
 from dlperf_tasks.core.model import Cell, ParsedLog, Trial, TrialMetric, Window
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Mapping
 
 DEFAULT_DATA = ("/workspace/bert/data/hdf5_lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15"
                 "_random_seed_12345_dupe_factor_5/wikicorpus_en/")

@@ -7,7 +7,6 @@ machine without a C compiler) takes the pure-Python path, which is the reference
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import operator
 import re
@@ -246,5 +245,7 @@ def _day_seconds(y: str, mo: str, d: str) -> float:
     """Seconds since the epoch at 00:00 UTC of the date (cached per date string triple)."""
     v = _DAYS.get((y, mo, d))
     if v is None:
+        import datetime as _dt  # the pure-Python path only (_cdll dates the bulk case)
+
         v = _DAYS[(y, mo, d)] = float(_dt.datetime(int(y), int(mo), int(d), tzinfo=_dt.timezone.utc).timestamp())
     return v
