@@ -358,3 +358,25 @@ def extract_result(res, run: Mapping[str, Any] | None = None) -> dict[str, Any]:
     samples_of = None if res.samples_kept else (lambda t: refs.get(id(t), []))
     return build_result(res.cells, res.run_metadata(**dict(run or {})), dlperf_model=dlperf_model_key(res.suite),
                         samples_of=samples_of)
+
+
+def dlperf_view(res) -> dict[str, Any]:
+    """The part of :func:`extract_result`'s document that ``--format dlperf`` prints
+    (:func:`dlperf_tasks.report.markdown.dlperf_text_lines`): each cell's kind, topology, median and
+    memory, its trials' index, id, status, validity, reason, value and log, and the seeds' dict. The
+    same values as the whole document (tests/unit/test_result_stream.py); no run id, no per-trial
+    metric details, no samples: ~15 % of the command on 314 PyTorch logs (issue 28.1)."""
+    cells = res.cells
+    dl = dlperf_dict(cells, dlperf_model_key(res.suite))
+    lat = _latency_dict(cells)
+    if lat:
+        dl["latency"] = lat
+    return {"cells": [{
+        "metric_kind": st.metric_kind.value, "topology": st.cell.topology.name,
+        "layout_case": st.cell.layout.case if st.cell.layout else None,
+        "median_speed": st.median, "memory_mib": st.memory_mib,
+        "trials": [{"index": r.trial.index, "trial_id": r.trial.id, "status": r.status.value, "valid": r.valid,
+                    "reason": r.reason, "log": r.log_paths[0] if r.log_paths else None,
+                    "value": dlperf_round(_finite_or_none(r.metric.value)) if r.metric else None}
+                   for r in st.trials],
+    } for st in cells], "dlperf": dl}

@@ -110,3 +110,22 @@ def test_write_result_file_refuses_placeholders_without_spool(tmp_path):
     with pytest.raises(ValueError, match="no spool"):
         write_result_file({"x": token}, None, tmp_path / "r.json")
     assert not list(tmp_path.iterdir())
+
+
+def test_dlperf_view_prints_what_the_whole_document_prints(tmp_path):
+    """``--format dlperf`` builds only :func:`dlperf_view`: its text must be the whole document's, on
+    every fixture tree (throughput, latency, invalid trials) and the bench tree (a truncated trial)."""
+    from dlperf_tasks.report.markdown import dlperf_text_lines
+    from dlperf_tasks.report.result_json import dlperf_view
+
+    fix = ROOT / "tests" / "data" / "fixture_logs"
+    cases = [("mxnet-bert", fix / "mxnet_bert"), ("pytorch-bert", fix / "pytorch_bert"),
+             ("tensorflow-bert", fix / "tensorflow_bert"), ("mxnet-resnet50", fix / "mxnet_resnet50"),
+             ("megatron-gpt", fix / "megatron_gpt"), ("mxnet-bert", _tree(tmp_path))]
+    seen_invalid = False
+    for suite_id, d in cases:
+        res = extract_tree(load_suite(suite_id), d)
+        whole = list(dlperf_text_lines(extract_result(res)))
+        assert whole and list(dlperf_text_lines(dlperf_view(res))) == whole, suite_id
+        seen_invalid |= any(line.startswith("# invalid") for line in whole)
+    assert seen_invalid  # the invalid-trial lines are compared too
