@@ -51,8 +51,12 @@ def _posix_path(name: str):
     return PurePosixPath(name)
 
 
+#: the characters a usable file name must not hold (C0 controls and DEL)
+_CONTROL_CHARS = frozenset(map(chr, [*range(32), 0x7F]))
+
+
 def _bad_name(rel: str) -> bool:
-    return any(ord(c) < 32 or c == "\x7f" for c in rel)
+    return not _CONTROL_CHARS.isdisjoint(rel)
 
 
 class LogTree:
