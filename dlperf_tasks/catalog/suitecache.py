@@ -26,7 +26,7 @@ import sys
 from dlperf_tasks import __version__
 from dlperf_tasks.core.digest import sha256_hex
 from dlperf_tasks.core.pathtext import path_text
-from dlperf_tasks.core.settings import env_value
+from dlperf_tasks.core.envkeys import env_value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from dlperf_tasks.core.errors import CatalogError
-from dlperf_tasks.core.settings import env_name, env_value
+from dlperf_tasks.core.envkeys import env_name, env_value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from dlperf_tasks.report.markdown import dlperf_text_lines
 ROOT = Path(__file__).resolve().parents[2]
 TREE = ROOT / "tests" / "data" / "fixture_logs" / "pytorch_bert" / "fp16_ngc_bert_b96" / "pytorch"
 
-#: stdlib modules the extract path (PyTorch BERT, --format dlperf) does not import any more, and why
+#: modules the extract path (PyTorch BERT, --format dlperf) does not import any more, and why
 #: they went: put one back and this fails (import it inside the function that needs it instead)
 NOT_IMPORTED = {
     "tarfile": "only a .tar --log-dir needs it (measure/logtree.py)",
@@ -47,6 +47,7 @@ NOT_IMPORTED = {
     "importlib.util": "only a site framework module needs it",
     "yaml": "a cached built-in suite needs no YAML",
     "jsonschema": "only a written or read result file is validated",
+    "dlperf_tasks.core.settings": "core/envkeys.py reads the one key the catalog path needs (no Settings dataclasses)",
 }
 
 _PROBE = """
@@ -201,3 +202,14 @@ def test_step_window_bounds_are_the_first_logged_steps_at_the_window_ends():
         ends = [next((k for k, it in enumerate(its) if it >= origin + skip + b), None) for b in (warmup, total)]
         want = (None, origin + skip + total) if None in ends else (samples[ends[0]], samples[ends[1]])
         assert got == want, (its, stride, warmup, total, skip)
+
+
+# ----------------------------------------------------------------- settings' one-key part
+def test_settings_re_exports_the_one_key_part_unchanged():
+    from dlperf_tasks.core import envkeys, settings
+
+    for name in ("SettingsError", "SIMPLE_KEYS", "env_name", "env_value", "parse_value", "ENV_PREFIX", "MiB"):
+        assert getattr(settings, name) is getattr(envkeys, name)
+    assert settings.env_value("catalog_path", {"DLPERF_CATALOG_PATH": "a:b"}) == ("a", "b")
+    with pytest.raises(settings.SettingsError):
+        envkeys.env_value("no_suite_cache", {"DLPERF_NO_SUITE_CACHE": "maybe"})
