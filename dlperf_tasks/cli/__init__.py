@@ -43,6 +43,8 @@ def _modules(only: str | None = None) -> list[str]:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``dlperf`` parser; ``only``: register just that sub-command (when it names one)."""
+    from dlperf_tasks.cli._help import RawDescription  # argparse's, its width found without shutil
+
     parser = argparse.ArgumentParser(
         prog="dlperf",
         description=(
@@ -52,7 +54,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             "to S3/OSS and compare archived results."
         ),
         epilog="Run 'dlperf <command> --help' for the options of each command.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescription,
     )
     parser.add_argument("--version", action="version", version=f"dlperf {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<command>")

@@ -10,6 +10,7 @@ import sys
 from dlperf_tasks.core.errors import DlperfError, ExtractError
 from dlperf_tasks.core.model import SPEED_RULES, Window
 from dlperf_tasks.cli._args import non_negative_int, positive_int
+from dlperf_tasks.cli._help import RawDescription
 from dlperf_tasks.cli._term import escape
 
 DESCRIPTION = """\
@@ -54,7 +55,7 @@ is valid; 2 on bad arguments or when the directory holds no usable log."""
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "extract", help="compute speeds/medians/speedups from an existing DLPerf log tree",
-        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=DESCRIPTION, epilog=EPILOG, formatter_class=RawDescription)
     p.add_argument("--suite", required=True,
                    help="catalog suite id (see 'dlperf catalog'), e.g. mxnet-bert; picks the log parser "
                         "and speed rule, or a path to a suite YAML")

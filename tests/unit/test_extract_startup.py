@@ -47,6 +47,7 @@ NOT_IMPORTED = {
     "importlib.util": "only a site framework module needs it",
     "yaml": "a cached built-in suite needs no YAML",
     "jsonschema": "only a written or read result file is validated",
+    "shutil": "argparse's formatter width: cli/_help.py finds it without shutil (and its bz2/lzma)",
     "dlperf_tasks.core.settings": "core/envkeys.py reads the one key the catalog path needs (no Settings dataclasses)",
 }
 
@@ -213,3 +214,36 @@ def test_settings_re_exports_the_one_key_part_unchanged():
     assert settings.env_value("catalog_path", {"DLPERF_CATALOG_PATH": "a:b"}) == ("a", "b")
     with pytest.raises(settings.SettingsError):
         envkeys.env_value("no_suite_cache", {"DLPERF_NO_SUITE_CACHE": "maybe"})
+
+
+# ----------------------------------------------------------------- the help width without shutil
+@pytest.mark.parametrize("columns", [None, "40", "80", "213", "0", "-5", "abc", ""])
+def test_the_help_width_and_text_are_argparses_own(monkeypatch, columns):
+    import argparse
+    import shutil
+
+    from dlperf_tasks.cli import build_parser
+    from dlperf_tasks.cli._help import RawDescription, terminal_columns
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert terminal_columns() == shutil.get_terminal_size().columns
+    assert RawDescription("x")._width == argparse.RawDescriptionHelpFormatter("x")._width
+    for only in ("extract", None):
+        ours = build_parser(only)
+        ours_text = [ours.format_help()] + [p.format_help() for p in _subparsers(ours)]
+        for p in [ours, *_subparsers(ours)]:
+            if p.formatter_class is RawDescription:
+                p.formatter_class = argparse.RawDescriptionHelpFormatter
+        theirs_text = [ours.format_help()] + [p.format_help() for p in _subparsers(ours)]
+        assert ours_text == theirs_text
+
+
+def _subparsers(parser):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield from action.choices.values()
