@@ -6,8 +6,9 @@ planning (dlperf_tasks/catalog/plan.py) turns a Suite + overrides into cells and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from dlperf_tasks.core.records import record
 from dlperf_tasks.core.model import ParallelLayout, Window
 from dlperf_tasks.core.topology import Topology
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Patch:
     """A source patch a seed requires: ``file`` names a unified diff among the catalog data files,
     applied on the nodes before every trial (catalog/patches.py); without one the patch is only
@@ -28,7 +29,7 @@ class Patch:
     file: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Upstream:
     repo: str  # e.g. https://github.com/dmlc/gluon-nlp
     commit: str  # 40-hex pinned commit
@@ -37,7 +38,7 @@ class Upstream:
     ref: str = ""  # branch/tag the seed names (e.g. r2.3.0) when it gives no commit; commit may then be ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ContainerSpec:
     """How the trial container is started (seeds' docker run flags)."""
 
@@ -53,7 +54,7 @@ class ContainerSpec:
     cap_add: tuple[str, ...] = ()  # e.g. IPC_LOCK (seed 000: --cap-add=IPC_LOCK)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Suite:
     id: str  # "mxnet-bert"
     framework: str  # framework module name (dlperf_tasks.frameworks), e.g. "mxnet_bert"

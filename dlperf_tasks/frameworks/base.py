@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import shlex
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from dlperf_tasks.core.records import record
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
 from dlperf_tasks.frameworks import preflight
 from dlperf_tasks.frameworks._stream import parse_with
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Iterable, Mapping
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeSpec:
     """What a command builder needs to know about a node (never logged with IPs)."""
 
@@ -30,7 +31,7 @@ class NodeSpec:
     interface: str | None = None  # NCCL_SOCKET_IFNAME / btl_tcp_if_include
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LaunchSpec:
     """Everything needed to start one node's part of a trial.
 
