@@ -9,7 +9,7 @@ are the shared functions below, which give the same results as dataclasses' gene
 the repr lists the ``repr=True`` fields as ``Name(a=1, b='x')`` (``...`` on recursion), two
 records are equal when they are of the same class and their ``compare=True`` fields are equal,
 a frozen record hashes the tuple of its ``hash``/``compare`` fields and a mutable one is
-unhashable (tests/unit/test_records.py checks each record class against a real dataclass twin).
+unhashable, an ``order=True`` one compares the tuples of its compared fields (tests/unit/test_records.py checks each record class against a real dataclass twin).
 Only ``__dataclass_params__`` tells them apart (``repr``/``eq`` False there).
 """
 
@@ -32,15 +32,32 @@ def _eq(self, other):
     return NotImplemented
 
 
+def _order(name: str):
+    """``__lt__``/``__le__``/``__gt__``/``__ge__``: the compared fields' tuples, same class only."""
+    op = {"__lt__": tuple.__lt__, "__le__": tuple.__le__, "__gt__": tuple.__gt__, "__ge__": tuple.__ge__}[name]
+
+    def compare(self, other):
+        if other.__class__ is self.__class__:
+            names = type(self).__record_compare__
+            return op(tuple(getattr(self, n) for n in names), tuple(getattr(other, n) for n in names))
+        return NotImplemented
+
+    compare.__name__ = compare.__qualname__ = name
+    return compare
+
+
+ORDER = {name: _order(name) for name in ("__lt__", "__le__", "__gt__", "__ge__")}
+
+
 def _hash(self) -> int:
     return hash(tuple(getattr(self, n) for n in type(self).__record_hash__))
 
 
-def _build(cls: type, frozen: bool) -> type:
+def _build(cls: type, frozen: bool, order: bool, slots: bool) -> type:
     own = cls.__dict__
-    if any(name in own for name in ("__repr__", "__eq__", "__hash__")):
-        raise TypeError(f"{cls.__qualname__}: a record writes __repr__/__eq__/__hash__ itself (use @dataclass)")
-    cls = dataclasses.dataclass(cls, repr=False, eq=False, frozen=frozen)
+    if any(name in own for name in ("__repr__", "__eq__", "__hash__", *ORDER)):
+        raise TypeError(f"{cls.__qualname__}: a record writes __repr__/__eq__/__hash__/order itself (use @dataclass)")
+    cls = dataclasses.dataclass(cls, repr=False, eq=False, frozen=frozen, slots=slots)
     fields = dataclasses.fields(cls)
     cls.__record_repr__ = tuple(f.name for f in fields if f.repr)
     cls.__record_compare__ = tuple(f.name for f in fields if f.compare)
@@ -48,11 +65,14 @@ def _build(cls: type, frozen: bool) -> type:
     cls.__repr__ = _repr
     cls.__eq__ = _eq
     cls.__hash__ = _hash if frozen else None
+    if order:
+        for name, compare in ORDER.items():
+            setattr(cls, name, compare)
     return cls
 
 
-def record(cls: type | None = None, /, *, frozen: bool = False):
-    """``@record`` or ``@record(frozen=True)``: see the module's docstring."""
+def record(cls: type | None = None, /, *, frozen: bool = False, order: bool = False, slots: bool = False):
+    """``@record``, ``@record(frozen=True, order=True, slots=True)``: see the module's docstring."""
     if cls is None:
-        return lambda c: _build(c, frozen)
-    return _build(cls, frozen)
+        return lambda c: _build(c, frozen, order, slots)
+    return _build(cls, frozen, order, slots)

@@ -16,14 +16,14 @@ numbers only), so the conversion cannot fail and every value is finite.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dlperf_tasks.core.records import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Sample:
     """One per-iteration measurement taken from a log (PerfKit-style: value + unit + metadata).
 

@@ -11,11 +11,12 @@ import pytest
 
 from dlperf_tasks.catalog import model as catalog_model
 from dlperf_tasks.core import model as core_model
+from dlperf_tasks.core import samples, topology
 from dlperf_tasks.core.records import record
 from dlperf_tasks.frameworks import base
 from dlperf_tasks.measure import extract, lognames, stats
 
-MODULES = (core_model, catalog_model, base, lognames, stats, extract)
+MODULES = (core_model, samples, topology, catalog_model, base, lognames, stats, extract)
 RECORDS = [c for m in MODULES for c in vars(m).values()
            if isinstance(c, type) and c.__module__ == m.__name__ and "__record_repr__" in c.__dict__]
 VALUES = [0, 1, -2, 2.5, float("nan"), "x", "", "a'b", None, (1, 2), ("x",), frozenset({3})]
@@ -25,7 +26,15 @@ def _twin(cls: type) -> type:
     """A plain dataclass with ``cls``'s fields and field options (no defaults: never called)."""
     spec = [(f.name, f.type, dataclasses.field(repr=f.repr, compare=f.compare, hash=f.hash))
             for f in dataclasses.fields(cls)]
-    return dataclasses.make_dataclass(cls.__name__, spec, frozen=cls.__dataclass_params__.frozen)
+    return dataclasses.make_dataclass(cls.__name__, spec, frozen=cls.__dataclass_params__.frozen,
+                                      order="__lt__" in cls.__dict__)
+
+
+def _outcome(op, x, y):
+    try:
+        return op(x, y)
+    except TypeError as exc:  # e.g. None < 1: the same error either way
+        return type(exc)
 
 
 def _raw(cls: type, rng: random.Random, values: dict | None = None):
@@ -39,7 +48,13 @@ def _raw(cls: type, rng: random.Random, values: dict | None = None):
 def test_the_extract_path_classes_are_records():
     names = {c.__name__ for c in RECORDS}
     assert {"Cell", "Window", "TrialResult", "Suite", "ContainerSpec", "CellStats", "ExtractResult",
-            "LogFile", "NodeSpec", "LaunchSpec", "ParsedLog", "LogFacts"} <= names
+            "LogFile", "NodeSpec", "LaunchSpec", "ParsedLog", "LogFacts", "Topology", "Sample"} <= names
+    assert "__lt__" in topology.Topology.__dict__ and samples.Sample.__slots__ == samples.SAMPLE_FIELDS
+
+
+def test_topologies_sort_by_nodes_then_gpus():
+    T = topology.Topology
+    assert sorted([T(2, 1), T(1, 8), T(1, 1)]) == [T(1, 1), T(1, 8), T(2, 1)] and T(1, 8) <= T(1, 8)
 
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda c: c.__name__)
@@ -56,6 +71,11 @@ def test_repr_eq_and_hash_are_a_dataclass_twins(cls):
         for x, y in ((a, same), (a, b), (b, a), (a, a)):
             assert (x == y) == twin.__eq__(x, y) and (x != y) == (not twin.__eq__(x, y))
         assert a.__eq__(object()) is NotImplemented is twin.__eq__(a, object())
+        for name in ("__lt__", "__le__", "__gt__", "__ge__"):
+            if name in cls.__dict__:
+                for x, y in ((a, same), (a, b), (b, a)):
+                    assert _outcome(getattr(cls, name), x, y) == _outcome(getattr(twin, name), x, y)
+                assert getattr(a, name)(object()) is NotImplemented
         if frozen:
             assert hash(a) == twin.__hash__(a)
             with pytest.raises(dataclasses.FrozenInstanceError):
