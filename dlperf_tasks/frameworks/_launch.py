@@ -12,11 +12,12 @@ from collections.abc import Mapping
 
 from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.core.lazyre import lazy
-from dlperf_tasks.frameworks.base import NodeSpec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from dlperf_tasks.frameworks.launchspec import NodeSpec
 
 _ENV_NAME = lazy(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

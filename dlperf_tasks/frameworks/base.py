@@ -6,11 +6,8 @@ A framework module defines one subclass of :class:`Framework` and registers it i
 
 from __future__ import annotations
 
-import shlex
 from abc import ABC, abstractmethod
-from dataclasses import field
 
-from dlperf_tasks.core.records import record
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
 from dlperf_tasks.frameworks import preflight
 from dlperf_tasks.frameworks._stream import parse_with
@@ -20,36 +17,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Iterable, Mapping
 
-
-@record(frozen=True)
-class NodeSpec:
-    """What a command builder needs to know about a node (never logged with IPs)."""
-
-    name: str  # inventory name, e.g. node1
-    address: str  # host/IP reachable from the other nodes (MASTER_ADDR, worker_hosts, mpirun -H)
-    gpus: int = 8
-    interface: str | None = None  # NCCL_SOCKET_IFNAME / btl_tcp_if_include
+    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
 
-@record(frozen=True)
-class LaunchSpec:
-    """Everything needed to start one node's part of a trial.
+def __getattr__(name: str):
+    """``NodeSpec`` and ``LaunchSpec`` (frameworks/launchspec.py), imported on first use: every
+    framework module, site ones included, imports them from here; dlperf extract never does."""
+    if name in ("NodeSpec", "LaunchSpec"):
+        from dlperf_tasks.frameworks import launchspec
 
-    ``argv`` is executed without a shell by the runtime (each element is passed
-    literally; remote layers quote it with :func:`shlex.join`). ``env`` values are
-    literal strings too.
-    """
-
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-
-    def shell(self) -> str:
-        """The command as one safely quoted shell string (``env K=V ... argv``)."""
-        parts = ["env"] + [f"{k}={v}" for k, v in self.env.items()] + list(self.argv)
-        if self.workdir:
-            return f"cd {shlex.quote(self.workdir)} && " + shlex.join(parts)
-        return shlex.join(parts)
+        return getattr(launchspec, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Framework(ABC):

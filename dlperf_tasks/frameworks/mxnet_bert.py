@@ -43,12 +43,13 @@ from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2, strip_tag
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
-from dlperf_tasks.frameworks.base import Framework, LaunchSpec, NodeSpec
+from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 from dlperf_tasks.core.samples import LazyFloats
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
     from typing import Mapping
 
 try:  # the compiled step-line scanner and per-step reductions (setup.py builds them; same results as
@@ -149,6 +150,8 @@ class MxnetBert(Framework):
         ] + L.str_list(settings, "extra_args")
         env = L.env_from(settings, {"NCCL_DEBUG": "INFO"})
         argv = build_mpirun(trial, nodes, settings, script, env)
+        from dlperf_tasks.frameworks.launchspec import LaunchSpec  # lazy: dlperf extract launches nothing
+
         return LaunchSpec(argv=argv, env=env, workdir=L.text(settings, "workdir", "/workspace/gluon-nlp/scripts/bert"))
 
     def expected_ranks(self, cell: Cell) -> list[int]:

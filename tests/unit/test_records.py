@@ -13,10 +13,10 @@ from dlperf_tasks.catalog import model as catalog_model
 from dlperf_tasks.core import model as core_model
 from dlperf_tasks.core import samples, topology
 from dlperf_tasks.core.records import record
-from dlperf_tasks.frameworks import base
+from dlperf_tasks.frameworks import base, launchspec
 from dlperf_tasks.measure import extract, lognames, stats
 
-MODULES = (core_model, samples, topology, catalog_model, base, lognames, stats, extract)
+MODULES = (core_model, samples, topology, catalog_model, launchspec, lognames, stats, extract)
 RECORDS = [c for m in MODULES for c in vars(m).values()
            if isinstance(c, type) and c.__module__ == m.__name__ and "__record_repr__" in c.__dict__]
 VALUES = [0, 1, -2, 2.5, float("nan"), "x", "", "a'b", None, (1, 2), ("x",), frozenset({3})]
@@ -50,6 +50,12 @@ def test_the_extract_path_classes_are_records():
     assert {"Cell", "Window", "TrialResult", "Suite", "ContainerSpec", "CellStats", "ExtractResult",
             "LogFile", "NodeSpec", "LaunchSpec", "ParsedLog", "LogFacts", "Topology", "Sample"} <= names
     assert "__lt__" in topology.Topology.__dict__ and samples.Sample.__slots__ == samples.SAMPLE_FIELDS
+
+
+def test_base_still_gives_the_launch_records():
+    assert base.NodeSpec is launchspec.NodeSpec and base.LaunchSpec is launchspec.LaunchSpec
+    with pytest.raises(AttributeError):
+        base.NoSuchName  # noqa: B018
 
 
 def test_topologies_sort_by_nodes_then_gpus():
