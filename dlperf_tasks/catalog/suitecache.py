@@ -2,16 +2,16 @@
 
 Reading a suite costs ~24 ms of every ``dlperf extract`` (PyYAML's import alone ~10 ms, the
 checks ~6 ms), about a tenth of a whole run on a PyTorch BERT tree. A built-in suite's
-:class:`~dlperf_tasks.catalog.model.Suite` is pickled once into
+:class:`~dlperf_tasks.catalog.model.Suite` is written once (marshal data: catalog/suitecodec.py) into
 ``$XDG_CACHE_HOME/dlperf/suites`` (default ``~/.cache/dlperf/suites``); the next command that
-loads the same file unpickles it (~1 ms) and never imports PyYAML or the checks.
+loads the same file reads it back (~1 ms) and never imports PyYAML or the checks.
 
 The key is a digest of the file's path and bytes and of the package code that builds a Suite
 (dlperf's and Python's version, and size and mtime of every module of ``catalog``, ``core``, ``policy`` and
 ``frameworks``: the checks ask the framework registry), so an
 edited suite or a changed loader is a miss, never a stale hit. Only the package's own suites are
 cached (a site suite's checks depend on its catalog directory, e.g. its ``frameworks/``). A file
-is unpickled only when it and its directory belong to this user (or root) and nobody else may
+is read only when it and its directory belong to this user (or root) and nobody else may
 write them. Any problem (no home, read-only, full disk, a corrupt entry) is a miss: the suite is
 read as before. ``DLPERF_NO_SUITE_CACHE=1`` turns the cache off.
 """
@@ -19,7 +19,6 @@ read as before. ``DLPERF_NO_SUITE_CACHE=1`` turns the cache off.
 from __future__ import annotations
 
 import os
-import pickle
 import stat
 import sys
 
@@ -83,7 +82,7 @@ def get(path: str, data: bytes):
     if d is None:
         return None
     try:
-        fd = os.open(os.path.join(d, f"{key(path, data)}.pickle"), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(os.path.join(d, f"{key(path, data)}.suite"), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
     try:
@@ -91,7 +90,9 @@ def get(path: str, data: bytes):
             return None
         with os.fdopen(fd, "rb") as f:
             fd = -1
-            return pickle.load(f)
+            from dlperf_tasks.catalog.suitecodec import loads
+
+            return loads(f.read())
     except Exception:  # noqa: BLE001 - a corrupt or foreign entry is a miss; the suite is read again
         return None
     finally:
@@ -106,13 +107,19 @@ def put(path: str, data: bytes, suite) -> None:
         return
     import tempfile
 
+    from dlperf_tasks.catalog.suitecodec import dumps
+
+    try:
+        blob = dumps(suite)
+    except TypeError:  # a value the cache's format does not hold: this suite is not cached
+        return
     try:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                pickle.dump(suite, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, d / f"{key(path, data)}.pickle")
+                f.write(blob)
+            os.replace(tmp, d / f"{key(path, data)}.suite")
         except BaseException:
             os.unlink(tmp)
             raise
@@ -122,6 +129,6 @@ def put(path: str, data: bytes, suite) -> None:
 
 
 def _prune(d: Path) -> None:
-    entries = sorted(d.glob("*.pickle"), key=lambda p: p.stat().st_mtime_ns)
+    entries = sorted(d.glob("*.suite"), key=lambda p: p.stat().st_mtime_ns)
     for old in entries[:max(len(entries) - MAX_ENTRIES, 0)]:
         old.unlink(missing_ok=True)

@@ -48,6 +48,7 @@ NOT_IMPORTED = {
     "yaml": "a cached built-in suite needs no YAML",
     "jsonschema": "only a written or read result file is validated",
     "shutil": "argparse's formatter width: cli/_help.py finds it without shutil (and its bz2/lzma)",
+    "pickle": "the suite cache is marshal data (catalog/suitecodec.py)",
     "shlex": "only LaunchSpec.shell needs it (frameworks/launchspec.py)",
     "dlperf_tasks.frameworks.launchspec": "NodeSpec/LaunchSpec: dlperf extract launches nothing",
     "dlperf_tasks.core.settings": "core/envkeys.py reads the one key the catalog path needs (no Settings dataclasses)",

@@ -1,5 +1,5 @@
 """The on-disk cache of parsed built-in suites (catalog/suitecache.py, issue 28.2): a second load
-in a fresh process unpickles the suite instead of reading YAML; an edited file or foreign entry
+in a fresh process reads the cached suite (marshal data, catalog/suitecodec.py) instead of YAML; an edited file or foreign entry
 is a miss; the cached suite equals the parsed one."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def cache_home(tmp_path, monkeypatch):
 
 
 def _entries(d: Path) -> list[Path]:
-    return sorted(d.glob("*.pickle")) if d.is_dir() else []
+    return sorted(d.glob("*.suite")) if d.is_dir() else []
 
 
 def test_a_builtin_suite_is_stored_then_read_back_equal(cache_home):
@@ -70,7 +70,7 @@ def test_an_entry_others_may_write_is_not_read(cache_home):
 def test_a_corrupt_entry_is_a_miss_and_the_suite_is_read_again(cache_home):
     expected = loader.load_suite("mxnet-bert")
     (entry,) = _entries(cache_home)
-    entry.write_bytes(b"not a pickle")
+    entry.write_bytes(b"not a suite entry")
     loader._CACHE.clear()
     assert loader.load_suite("mxnet-bert") == expected
 
@@ -109,3 +109,56 @@ def test_old_entries_are_dropped_beyond_the_cap(cache_home, monkeypatch):
     assert len(entries) == 2
     path = loader.find_suite_file("tensorflow-bert")
     assert suitecache.get(str(path), path.read_bytes()) is not None
+
+
+# ----------------------------------------------------------------- the entry format (suitecodec)
+def _deep(a, b) -> None:
+    """``a`` and ``b`` equal with the same types all the way down (and the same __dict__ order)."""
+    assert type(a) is type(b)
+    if isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _deep(x, y)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _deep(k, next(x for x in b if x == k))
+            _deep(a[k], b[k])
+    elif isinstance(a, frozenset):
+        assert a == b
+    elif hasattr(a, "__dict__"):
+        _deep(vars(a), vars(b))
+    else:
+        assert a == b or (a != a and b != b)
+
+
+def test_every_builtin_suite_reads_back_as_it_was_written():
+    from dlperf_tasks.catalog import list_suites
+    from dlperf_tasks.catalog.suitecodec import dumps, loads
+
+    suites = list_suites()
+    assert len(suites) >= 5
+    for suite in suites:
+        back = loads(dumps(suite))
+        _deep(suite, back)
+        assert back == suite and repr(back) == repr(suite)
+
+
+def test_what_the_format_does_not_hold_is_refused_and_garbage_is_no_suite():
+    import dataclasses
+    import marshal
+    from collections import OrderedDict
+
+    from dlperf_tasks.catalog import load_suite
+    from dlperf_tasks.catalog.suitecodec import TAG, dumps, loads
+
+    suite = load_suite("pytorch-bert")
+    for odd in (OrderedDict(a=1), (b"x", 1), {1, 2}, object(), b"raw"):
+        with pytest.raises(TypeError):
+            dumps(dataclasses.replace(suite, extra={"odd": odd}))
+    with pytest.raises(TypeError):
+        dumps(suite.window)
+    for data in (b"", b"garbage", marshal.dumps((b"other", "Suite", {})), marshal.dumps((TAG, "Window", {})),
+                 marshal.dumps((TAG, "Nope", {})), marshal.dumps({"a": 1})):
+        with pytest.raises((ValueError, EOFError, KeyError, TypeError)):
+            loads(data)
