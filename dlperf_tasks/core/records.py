@@ -16,6 +16,7 @@ Only ``__dataclass_params__`` tells them apart (``repr``/``eq`` False there).
 from __future__ import annotations
 
 import dataclasses
+from operator import attrgetter
 from reprlib import recursive_repr
 
 
@@ -25,10 +26,20 @@ def _repr(self) -> str:
     return f"{self.__class__.__qualname__}({', '.join(f'{n}={getattr(self, n)!r}' for n in shown)})"
 
 
+def _getter(names: tuple[str, ...]):
+    """The tuple of a record's fields ``names``, at C speed (a Cell is hashed on every trial)."""
+    if len(names) > 1:
+        return attrgetter(*names)
+    if names:
+        one = attrgetter(names[0])
+        return lambda obj: (one(obj),)
+    return lambda obj: ()
+
+
 def _eq(self, other):
     if other.__class__ is self.__class__:
-        names = type(self).__record_compare__
-        return tuple(getattr(self, n) for n in names) == tuple(getattr(other, n) for n in names)
+        key = type(self).__record_compare_key__
+        return key(self) == key(other)
     return NotImplemented
 
 
@@ -38,8 +49,8 @@ def _order(name: str):
 
     def compare(self, other):
         if other.__class__ is self.__class__:
-            names = type(self).__record_compare__
-            return op(tuple(getattr(self, n) for n in names), tuple(getattr(other, n) for n in names))
+            key = type(self).__record_compare_key__
+            return op(key(self), key(other))
         return NotImplemented
 
     compare.__name__ = compare.__qualname__ = name
@@ -50,7 +61,7 @@ ORDER = {name: _order(name) for name in ("__lt__", "__le__", "__gt__", "__ge__")
 
 
 def _hash(self) -> int:
-    return hash(tuple(getattr(self, n) for n in type(self).__record_hash__))
+    return hash(type(self).__record_hash_key__(self))
 
 
 def _build(cls: type, frozen: bool, order: bool, slots: bool) -> type:
@@ -62,6 +73,8 @@ def _build(cls: type, frozen: bool, order: bool, slots: bool) -> type:
     cls.__record_repr__ = tuple(f.name for f in fields if f.repr)
     cls.__record_compare__ = tuple(f.name for f in fields if f.compare)
     cls.__record_hash__ = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
+    cls.__record_compare_key__ = staticmethod(_getter(cls.__record_compare__))
+    cls.__record_hash_key__ = staticmethod(_getter(cls.__record_hash__))
     cls.__repr__ = _repr
     cls.__eq__ = _eq
     cls.__hash__ = _hash if frozen else None
