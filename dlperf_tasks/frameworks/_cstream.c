@@ -135,34 +135,43 @@ static int commonness(unsigned char c)
     return f ? (int)(sizeof common - (size_t)(f - common)) : 0;
 }
 
+static Py_ssize_t least_common(const unsigned char *lit, Py_ssize_t len);
+
 static void find_anchors(PyObject *lits, const unsigned char **lit, const Py_ssize_t *len, Py_ssize_t k)
 {
     Py_XDECREF(anchored);
     Py_INCREF(lits);
     anchored = lits;
-    for (Py_ssize_t a = 0; a < k; a++) {
-        Py_ssize_t best = 0;
-        for (Py_ssize_t q = 1; q < len[a]; q++)
-            if (commonness(lit[a][q]) < commonness(lit[a][best]))
-                best = q;
-        anchor[a] = (unsigned char)best;
-    }
+    for (Py_ssize_t a = 0; a < k; a++)
+        anchor[a] = (unsigned char)least_common(lit[a], len[a]);
 }
 
-/* literal a occurs in p[0..n)? memchr for its anchor character, each place it is found compared in full */
-static int occurs(const unsigned char *p, Py_ssize_t n, const unsigned char *lit, Py_ssize_t len, Py_ssize_t off)
+/* the first occurrence of lit in p[0..n), or -1: memchr for its character at off (its least common),
+ * each place that character is found compared in full */
+static Py_ssize_t find_at(const unsigned char *p, Py_ssize_t n, const unsigned char *lit, Py_ssize_t len,
+                          Py_ssize_t off)
 {
     const unsigned char c = lit[off];
     for (Py_ssize_t j = off; j + (len - off) <= n;) {  /* an occurrence's anchor at p[j] */
         const unsigned char *f = memchr(p + j, c, (size_t)(n - (len - off) - j + 1));
         if (!f)
-            return 0;
+            return -1;
         j = f - p;
         if (memcmp(p + j - off, lit, (size_t)len) == 0)
-            return 1;
+            return j - off;
         j++;
     }
-    return 0;
+    return -1;
+}
+
+/* the offset of lit's least common character */
+static Py_ssize_t least_common(const unsigned char *lit, Py_ssize_t len)
+{
+    Py_ssize_t best = 0;
+    for (Py_ssize_t q = 1; q < len; q++)
+        if (commonness(lit[q]) < commonness(lit[best]))
+            best = q;
+    return best;
 }
 
 static PyObject *which(PyObject *self, PyObject *args)
@@ -196,7 +205,7 @@ static PyObject *which(PyObject *self, PyObject *args)
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     uint64_t found = 0;
     for (Py_ssize_t a = 0; a < k; a++)
-        if (occurs(p, n, lit[a], len[a], anchor[a]))
+        if (find_at(p, n, lit[a], len[a], anchor[a]) >= 0)
             found |= (uint64_t)1 << a;
     return PyLong_FromUnsignedLongLong(found);
 }
@@ -259,12 +268,13 @@ static PyObject *lines_with(PyObject *self, PyObject *args)
     PyObject *out = PyList_New(0);
     if (!out)
         return NULL;
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0, off = least_common(lit, len);
     while (n - pos >= len) {
-        const unsigned char *f = memmem(p + pos, (size_t)(n - pos), lit, (size_t)len);
-        if (!f)
+        Py_ssize_t at = find_at(p + pos, n - pos, lit, len, off);
+        if (at < 0)
             break;
-        Py_ssize_t at = f - p, start = at, end;
+        at += pos;
+        Py_ssize_t start = at, end;
         while (start > 0 && p[start - 1] != '\n')
             start--;
         const unsigned char *e = memchr(p + at, '\n', (size_t)(n - at));
