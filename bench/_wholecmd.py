@@ -1,5 +1,5 @@
 """Whole-command timing for bench_extract.py (issue 28.5): ``dlperf extract`` as users run it (a fresh
-``python -m dlperf_tasks extract`` on one core), alternated with DLPerf's own extractor scripts on the
+``dlperf extract``, the console script, on one core), alternated with DLPerf's own extractor scripts on the
 same tree when a directory holding them is given, beside ``grep -c -F`` reading the same bytes.
 
 DLPerf's scripts are never part of this repository: copy them into a scratch directory (see
@@ -31,6 +31,13 @@ CASES = {
 }
 
 
+def dlperf_command() -> list[str]:
+    """What users type: the ``dlperf`` console script of this interpreter's environment (``make install``
+    puts it beside the interpreter), else ``python -m dlperf_tasks`` (which also loads ``runpy``)."""
+    script = Path(sys.executable).with_name("dlperf")
+    return [str(script)] if script.is_file() and os.access(script, os.X_OK) else [sys.executable, "-m", "dlperf_tasks"]
+
+
 def _pin():
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
@@ -57,7 +64,7 @@ def whole_command(tree: Path, sub: str, nbytes: int, peer_dir: Path | None, roun
     log_dir = (tree / sub / logdir).resolve()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # measured as installed: byte-code cached
-    ours_argv = [sys.executable, "-m", "dlperf_tasks", "extract", "--suite", suite, "--log-dir", str(log_dir),
+    ours_argv = [*dlperf_command(), "extract", "--suite", suite, "--log-dir", str(log_dir),
                  "--format", "dlperf", "--quiet", *ours_args]
     peer = peer_dir / peer_script if peer_dir else None
     if peer is not None and not peer.is_file():

@@ -20,7 +20,7 @@ What it does
    padded with NCCL/tqdm noise lines) whose size must not show up in peak RSS.
    When memory grows, a tracemalloc run names the source lines that hold the memory.
 
-4. Whole command (issue 28.5): ``python -m dlperf_tasks extract --format dlperf`` on the MXNet BERT
+4. Whole command (issue 28.5): ``dlperf extract --format dlperf`` (the console script) on the MXNet BERT
    and PyTorch BERT trees, a fresh process on one core, median of ``--rounds`` runs, alternated with
    DLPerf's own ``extract_mxnet_logs.py`` / ``extract_pytorch_logs_time.py`` when ``--peer-dir``
    holds them (never committed: bench/README.md says how to get them), beside ``grep -c -F``

@@ -12,8 +12,9 @@
  *     LogStream.lines_with(text, literal) as a list; None for a non-ASCII text or literal, a literal with
  *     a newline, or a text that does not end with a newline (the caller then runs the Python generator).
  * which(text: str, literals: tuple[str, ...]) -> int | None
- *     bit i set when literals[i] occurs in text, in one pass (Wu-Manber skips when the shortest
- *     literal is long enough, else a bigram table of the literals' first two characters). None for a non-ASCII text. The literals: ASCII, 2 to 255 characters, at most 63.
+ *     bit i set when literals[i] occurs in text: per literal, memchr for its least common character (the
+ *     logs' tqdm text and numbers hold few of them), compared in full where found. None for a
+ *     non-ASCII text. The literals: ASCII, 2 to 255 characters, at most 63.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -119,35 +120,58 @@ static PyObject *newlines(PyObject *self, PyObject *arg)
     return out;
 }
 
-/* the shortest literal at least this long: Wu-Manber (skips), else one bigram test per position */
-#define WM_FROM 6
+/* the anchors of the last literal tuple (callers pass the same module-level tuple on every block):
+ * found again only when another tuple comes (held by a reference, so its identity cannot be reused) */
+static PyObject *anchored;                   /* strong reference; NULL: none yet */
+static unsigned char anchor[MAX_LITERALS];   /* each literal's offset of its least common character */
 
-/* Wu-Manber with 2-character blocks: a window of m (the shortest literal's length) characters; the last
- * two of the window say how far it can move on without skipping an occurrence's first m characters;
- * 0: some literal's first m characters end with them, every literal is compared there */
-static void which_wm(const unsigned char *p, Py_ssize_t n, const unsigned char **lit, const Py_ssize_t *len,
-                     Py_ssize_t k, Py_ssize_t m, uint64_t all, uint64_t *found)
+/* how common a character is in these logs' text less the step lines (tqdm bars, numbers, lower-case
+ * words; most common first): the anchor is the literal's least common character. Only the speed
+ * depends on the choice */
+static int commonness(unsigned char c)
 {
-    static unsigned char shift[65536];  /* the GIL is held: one call at a time */
-    memset(shift, (int)(m - 1), sizeof shift);
+    static const char common[] = " 0te:s1ra6ni.24_o3598l/\n|7p,g[]I%<#cdum=hbkfwxTFvLEAR'P";
+    const char *f = c ? strchr(common, (int)c) : NULL;
+    return f ? (int)(sizeof common - (size_t)(f - common)) : 0;
+}
+
+static Py_ssize_t least_common(const unsigned char *lit, Py_ssize_t len);
+
+static void find_anchors(PyObject *lits, const unsigned char **lit, const Py_ssize_t *len, Py_ssize_t k)
+{
+    Py_XDECREF(anchored);
+    Py_INCREF(lits);
+    anchored = lits;
     for (Py_ssize_t a = 0; a < k; a++)
-        for (Py_ssize_t q = 0; q + 2 <= m; q++) {
-            unsigned b = lit[a][q] | (unsigned)lit[a][q + 1] << 8;
-            unsigned char sh = (unsigned char)(m - q - 2);
-            if (sh < shift[b])
-                shift[b] = sh;
-        }
-    for (Py_ssize_t i = 0; i + m <= n && *found != all;) {  /* window p[i..i+m) */
-        unsigned char sh = shift[p[i + m - 2] | (unsigned)p[i + m - 1] << 8];
-        if (sh) {
-            i += sh;
-            continue;
-        }
-        for (Py_ssize_t a = 0; a < k; a++)
-            if (n - i >= len[a] && memcmp(p + i, lit[a], (size_t)len[a]) == 0)
-                *found |= (uint64_t)1 << a;
-        i++;
+        anchor[a] = (unsigned char)least_common(lit[a], len[a]);
+}
+
+/* the first occurrence of lit in p[0..n), or -1: memchr for its character at off (its least common),
+ * each place that character is found compared in full */
+static Py_ssize_t find_at(const unsigned char *p, Py_ssize_t n, const unsigned char *lit, Py_ssize_t len,
+                          Py_ssize_t off)
+{
+    const unsigned char c = lit[off];
+    for (Py_ssize_t j = off; j + (len - off) <= n;) {  /* an occurrence's anchor at p[j] */
+        const unsigned char *f = memchr(p + j, c, (size_t)(n - (len - off) - j + 1));
+        if (!f)
+            return -1;
+        j = f - p;
+        if (memcmp(p + j - off, lit, (size_t)len) == 0)
+            return j - off;
+        j++;
     }
+    return -1;
+}
+
+/* the offset of lit's least common character */
+static Py_ssize_t least_common(const unsigned char *lit, Py_ssize_t len)
+{
+    Py_ssize_t best = 0;
+    for (Py_ssize_t q = 1; q < len; q++)
+        if (commonness(lit[q]) < commonness(lit[best]))
+            best = q;
+    return best;
 }
 
 static PyObject *which(PyObject *self, PyObject *args)
@@ -175,32 +199,14 @@ static PyObject *which(PyObject *self, PyObject *args)
     }
     if (!PyUnicode_IS_ASCII(text))
         Py_RETURN_NONE;
+    if (anchored != lits)
+        find_anchors(lits, lit, len, k);
     const unsigned char *p = PyUnicode_1BYTE_DATA(text);
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    Py_ssize_t m = 255;
+    uint64_t found = 0;
     for (Py_ssize_t a = 0; a < k; a++)
-        m = len[a] < m ? len[a] : m;
-    uint64_t all = k ? (((uint64_t)1 << k) - 1) : 0, found = 0;
-    if (m >= WM_FROM) {
-        which_wm(p, n, lit, len, k, m, all, &found);
-    } else {
-        uint64_t table[65536 / 64];  /* bit (c0 | c1 << 8): some literal starts with c0 c1 */
-        memset(table, 0, sizeof table);
-        for (Py_ssize_t a = 0; a < k; a++) {
-            unsigned b = lit[a][0] | (unsigned)lit[a][1] << 8;
-            table[b >> 6] |= (uint64_t)1 << (b & 63);
-        }
-        for (Py_ssize_t i = 0; i + 1 < n && found != all; i++) {
-            unsigned b = p[i] | (unsigned)p[i + 1] << 8;
-            if (!(table[b >> 6] >> (b & 63) & 1))
-                continue;
-            for (Py_ssize_t a = 0; a < k; a++) {
-                if (lit[a][0] == p[i] && lit[a][1] == p[i + 1] && n - i >= len[a]
-                        && memcmp(p + i + 2, lit[a] + 2, (size_t)(len[a] - 2)) == 0)
-                    found |= (uint64_t)1 << a;
-            }
-        }
-    }
+        if (find_at(p, n, lit[a], len[a], anchor[a]) >= 0)
+            found |= (uint64_t)1 << a;
     return PyLong_FromUnsignedLongLong(found);
 }
 
@@ -262,12 +268,13 @@ static PyObject *lines_with(PyObject *self, PyObject *args)
     PyObject *out = PyList_New(0);
     if (!out)
         return NULL;
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0, off = least_common(lit, len);
     while (n - pos >= len) {
-        const unsigned char *f = memmem(p + pos, (size_t)(n - pos), lit, (size_t)len);
-        if (!f)
+        Py_ssize_t at = find_at(p + pos, n - pos, lit, len, off);
+        if (at < 0)
             break;
-        Py_ssize_t at = f - p, start = at, end;
+        at += pos;
+        Py_ssize_t start = at, end;
         while (start > 0 && p[start - 1] != '\n')
             start--;
         const unsigned char *e = memchr(p + at, '\n', (size_t)(n - at));

@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 import re
 from itertools import compress, count, repeat
-from operator import add, ge
+from operator import add, attrgetter, ge
 
 from dlperf_tasks.core.lazyre import lazy
-from dlperf_tasks.core.model import LogFacts, as_samples
+from dlperf_tasks.core.model import LogFacts, Sample, as_samples
+from dlperf_tasks.core.samples import SAMPLE_FIELDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -309,6 +310,10 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
         return None, total + skip
     samples = as_samples(samples)
     its = samples.iteration
+    key = (len(its), stride, warmup, total, skip)
+    last = _LAST_WINDOW
+    if last[0] is samples and last[1] == key:  # check() then trial_metric() of one trial: found once
+        return last[2]
     stride = max(int(stride or 1), 1)
     origin = its[0] - stride
     want_start, want_end = origin + skip + warmup, origin + skip + total
@@ -317,8 +322,18 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
     start = _first_at_least(its, want_start)
     end = None if start is None else _first_at_least(its, want_end)
     if end is None:
-        return None, want_end
-    return samples[start], samples[end]
+        out = None, want_end
+    else:
+        columns = _COLUMNS(samples)
+        out = Sample(*[c[start] for c in columns]), Sample(*[c[end] for c in columns])
+    last[:] = samples, key, out
+    return out
+
+
+#: the columns of a Samples, in Sample's field order
+_COLUMNS = attrgetter(*SAMPLE_FIELDS)
+#: step_window's last Samples (held: its identity cannot be reused while here), its arguments, its answer
+_LAST_WINDOW: list = [None, None, None]
 
 
 def _first_at_least(values: list, bound) -> int | None:

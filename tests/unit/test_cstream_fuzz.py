@@ -208,3 +208,19 @@ def test_count_nl_and_lines_with_like_python():
         text = "\n" * n + "a\n" * 3 + "\x0b" * 7
         assert _cstream.count_nl(text) == text.count("\n") == n + 3
     assert _cstream.count_nl("\u00e9\n") is None and _cstream.lines_with("\u00e9 P\n", "P") is None
+
+
+def test_which_random_literals_and_edges():
+    """Random literal tuples (the anchor cache switches between them) over short texts of few
+    characters: occurrences at the text's start and end, overlapping, repeated anchors."""
+    rng = random.Random(11)
+    alphabet = "abcxyzKQ_ "
+    for _ in range(1500):
+        lits = tuple("".join(rng.choice(alphabet) for _ in range(rng.randint(2, 6))) for _ in range(rng.randint(0, 8)))
+        for _ in range(3):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+            want = sum(1 << i for i, lit in enumerate(lits) if lit in text)
+            assert _cstream.which(text, lits) == want, (repr(text), lits)
+    lits = tuple(chr(65 + i) * 2 for i in range(63))
+    assert _cstream.which("AAZZ", lits) == 1 | 1 << 25
+    assert _cstream.which("", lits) == 0
