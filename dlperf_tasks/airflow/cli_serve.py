@@ -168,7 +168,10 @@ def serve(args) -> int:
         raise KeyboardInterrupt
 
     procs = start(home, env)
+    # SIGINT too: a shell starts a background job with SIGINT ignored, and Python keeps an inherited
+    # SIG_IGN, so `dlperf serve &` (or a CI runner's background step) would never stop on Ctrl-C / kill -INT
     old = signal.signal(signal.SIGTERM, on_signal)
+    old_int = signal.signal(signal.SIGINT, on_signal)
     url = f"http://127.0.0.1:{args.port}"
     try:
         wait_healthy(url, procs)
@@ -198,6 +201,7 @@ def serve(args) -> int:
     finally:
         stop_all(procs)
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGINT, old_int)
         print("stopped", flush=True)
 
 

@@ -41,7 +41,10 @@ def test_serve_runs_the_service_and_stops_on_ctrl_c(tmp_path):
     out = open(tmp_path / "serve.out", "w+")
     p = subprocess.Popen([sys.executable, "-m", "dlperf_tasks", "serve", "--port", str(port), "--home", str(home),
                           "--dags", "unpause"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                         start_new_session=True)
+                         start_new_session=True,
+                         # as a shell starts a background job (`dlperf serve &`, a CI runner's step): SIGINT
+                         # ignored, which Python keeps; Ctrl-C / kill -INT must still stop the service
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         end = time.monotonic() + 420
         text = ""
