@@ -311,7 +311,7 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
     samples = as_samples(samples)
     its = samples.iteration
     key = (len(its), stride, warmup, total, skip)
-    last = _LAST_WINDOW
+    last = _LAST_WINDOW[0]  # one read of an immutable entry: another thread's gate can only replace it whole
     if last[0] is samples and last[1] == key:  # check() then trial_metric() of one trial: found once
         return last[2]
     stride = max(int(stride or 1), 1)
@@ -326,14 +326,16 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
     else:
         columns = _COLUMNS(samples)
         out = Sample(*[c[start] for c in columns]), Sample(*[c[end] for c in columns])
-    last[:] = samples, key, out
+    _LAST_WINDOW[0] = (samples, key, out)
     return out
 
 
 #: the columns of a Samples, in Sample's field order
 _COLUMNS = attrgetter(*SAMPLE_FIELDS)
-#: step_window's last Samples (held: its identity cannot be reused while here), its arguments, its answer
-_LAST_WINDOW: list = [None, None, None]
+#: step_window's last (Samples, arguments, answer), as one tuple so that concurrent gates (the engine runs
+#: trials in threads) never read one trial's Samples with another's answer; the Samples is held, so its
+#: identity cannot be reused while it is here
+_LAST_WINDOW: list = [(None, None, None)]
 
 
 def _first_at_least(values: list, bound) -> int | None:
