@@ -14,7 +14,7 @@ $(BIN)/python:
 
 # stamps: a second `make run`/`make test` installs nothing unless the lock or pyproject changed
 install: $(VENV)/.installed
-$(VENV)/.installed: requirements.lock pyproject.toml setup.py $(wildcard dlperf_tasks/frameworks/_c*.c) | $(BIN)/python
+$(VENV)/.installed: requirements.lock pyproject.toml setup.py $(wildcard dlperf_tasks/frameworks/_c*.c dlperf_tasks/frameworks/_c*.h) | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.lock
 	$(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=compat
 	$(BIN)/python -m compileall -q dlperf_tasks  # bytecode, as a wheel install has it (PYTHONDONTWRITEBYTECODE=1 shells never write it)

@@ -11,6 +11,7 @@ from setuptools import Extension, setup
 
 EXTENSIONS = [
     Extension(f"dlperf_tasks.frameworks.{Path(src).stem}", [src], optional=True,
+              depends=sorted(glob("dlperf_tasks/frameworks/_c*.h")),  # _cnum.h: shared by the scanners
               extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"])
     for src in sorted(glob("dlperf_tasks/frameworks/_c*.c"))
 ]

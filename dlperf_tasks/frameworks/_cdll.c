@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_cnum.h"
+
 #define LOSS_MAX 64
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
@@ -155,38 +157,12 @@ static int plain_decimal(const unsigned char *s, Py_ssize_t n)
     return j == n;
 }
 
-static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
-                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
-/* Python's float() of an ASCII number text (correctly rounded); 0 when it cannot. A plain
- * "-?digits[.digits]" of at most 15 significant digits is M / 10**k with M and 10**k exact doubles
- * (M < 2**53, k <= 22): one IEEE division, correctly rounded, the same double as strtod */
+/* Python's float() of an ASCII number text (correctly rounded); 0 when it cannot: the exact fast
+ * path of _cnum.h, else CPython's own parser */
 static int to_double(const unsigned char *s, Py_ssize_t n, double *out)
 {
-    Py_ssize_t j = 0, nd = 0, k = 0;
-    int neg = 0, dot = 0;
-    uint64_t m = 0;
-    if (n > 0 && s[0] == '-') {
-        neg = 1;
-        j = 1;
-    }
-    for (; j < n; j++) {
-        if (is_digit(s[j])) {
-            if (++nd > 15)
-                break;
-            m = m * 10 + (uint64_t)(s[j] - '0');
-            k += dot;
-        } else if (s[j] == '.' && !dot) {
-            dot = 1;
-        } else {
-            break;
-        }
-    }
-    if (j == n && nd > 0) {
-        double v = (double)m / POW10[k];
-        *out = neg ? -v : v;
+    if (exact_decimal((const char *)s, n, out))
         return 1;
-    }
     char buf[LOSS_MAX + 1];
     if (n > LOSS_MAX)
         return 0;

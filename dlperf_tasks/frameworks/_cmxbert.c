@@ -27,6 +27,8 @@
 #include <string.h>
 #include <math.h>
 
+#include "_cnum.h"
+
 #define MAX_STEP_DIGITS 18
 #define MAX_LAT_CHARS 40
 
@@ -158,38 +160,26 @@ match_at(const char *s, Py_ssize_t n, Py_ssize_t p, Match *m)
 
 /* A plain unsigned decimal that float() reads as is: [0-9]*(\.[0-9]*)? with a digit, and its value.
  * 1: *out set; 0: not such a token, or its value is not > 0 (fall back); -1: error set.
- * Up to 15 digits and 22 decimals: digits / 10^decimals, both exact doubles, and one IEEE division is
- * correctly rounded, as float() is (David Gay's strtod takes the same path). Otherwise (or where C
- * may evaluate doubles in extended precision) CPython's own PyOS_string_to_double. */
+ * Up to 15 digits: the exact fast path of _cnum.h (the double float() gives); otherwise CPython's own
+ * PyOS_string_to_double. */
 static int
 latency_value(const char *s, Py_ssize_t len, double *out)
 {
-    static const double tens[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
-                                  1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-    int dots = 0, digits = 0, decimals = 0;
-    long long v = 0;
+    int dots = 0, digits = 0;
     if (len > MAX_LAT_CHARS)
         return 0;
     for (Py_ssize_t i = 0; i < len; i++) {
         if (s[i] == '.')
             dots++;
-        else if (is_digit((unsigned char)s[i])) {
-            if (digits < 18)
-                v = v * 10 + (s[i] - '0');
+        else if (is_digit((unsigned char)s[i]))
             digits++;
-            decimals += dots;
-        }
         else
             return 0;
     }
     if (dots > 1 || digits == 0)
         return 0;
-#if FLT_EVAL_METHOD == 0
-    if (digits <= 15 && decimals <= 22) {
-        *out = (double)v / tens[decimals];
+    if (exact_decimal(s, len, out))
         return *out > 0.0;
-    }
-#endif
     char tok[MAX_LAT_CHARS + 1];
     memcpy(tok, s, (size_t)len);
     tok[len] = '\0';
