@@ -107,6 +107,16 @@ def _finite_or_none(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
+def _trial_value(r: TrialResult) -> float | None:
+    """A trial's ``value``: its metric rounded as DLPerf printed it (None: no metric or not finite)."""
+    return dlperf_round(_finite_or_none(r.metric.value)) if r.metric else None
+
+
+def _trial_log(r: TrialResult) -> str | None:
+    """A trial's ``log``: its first log file."""
+    return r.log_paths[0] if r.log_paths else None
+
+
 def trial_to_dict(r: TrialResult, samples_of: Callable[[TrialResult], Any] | None = None) -> dict[str, Any]:
     """One trial with its raw numbers (kept for invalid trials too). ``samples_of``: what to put
     in ``samples`` instead of the rows (report/result_stream.py: a spool placeholder)."""
@@ -127,7 +137,7 @@ def trial_to_dict(r: TrialResult, samples_of: Callable[[TrialResult], Any] | Non
         "status": r.status.value,
         "valid": r.valid,
         "reason": r.reason,
-        "value": dlperf_round(_finite_or_none(m.value)) if m else None,
+        "value": _trial_value(r),
         "metric": None if m is None else {
             "kind": MetricKind(m.kind).value, "value": _num(m.value),
             "memory_mib": _num(m.memory_mib), "throughput": _num(m.throughput),
@@ -139,7 +149,7 @@ def trial_to_dict(r: TrialResult, samples_of: Callable[[TrialResult], Any] | Non
         "node_names": list(r.nodes),
         "exit_codes": dict(r.exit_codes),
         "samples": samples,
-        "log": r.log_paths[0] if r.log_paths else None,
+        "log": _trial_log(r),
         "logs": list(r.log_paths),
         "started_at": r.started_at,
         "finished_at": r.finished_at,
@@ -376,7 +386,5 @@ def dlperf_view(res) -> dict[str, Any]:
         "layout_case": st.cell.layout.case if st.cell.layout else None,
         "median_speed": st.median, "memory_mib": st.memory_mib,
         "trials": [{"index": r.trial.index, "trial_id": r.trial.id, "status": r.status.value, "valid": r.valid,
-                    "reason": r.reason, "log": r.log_paths[0] if r.log_paths else None,
-                    "value": dlperf_round(_finite_or_none(r.metric.value)) if r.metric else None}
-                   for r in st.trials],
+                    "reason": r.reason, "log": _trial_log(r), "value": _trial_value(r)} for r in st.trials],
     } for st in cells], "dlperf": dl}
