@@ -14,6 +14,7 @@ import pytest
 from dlperf_tasks.frameworks import _stream
 from dlperf_tasks.frameworks import pytorch_bert_stream as pb
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS
+from tests.unit.test_cdll_parity import parse  # the log fed in pieces of a given size
 
 _cdll = pytest.importorskip("dlperf_tasks.frameworks._cdll")
 _cstream = pytest.importorskip("dlperf_tasks.frameworks._cstream")
@@ -41,13 +42,6 @@ def mutate(rng: random.Random, line: str) -> str:
             j = rng.randrange(len(line) + 1)
             line = line[:i] + line[min(i, j):max(i, j)] + line[i:]
     return line
-
-
-def parse(data, piece: int):
-    st = pb.PytorchBertStream()
-    for i in range(0, len(data), piece):
-        st.feed(data[i:i + piece])
-    return st.close()
 
 
 def key(parsed) -> tuple:
