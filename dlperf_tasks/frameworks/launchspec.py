@@ -5,12 +5,11 @@ dlperf extract, which launches nothing, never builds them (~1 ms of its start-up
 from __future__ import annotations
 
 import shlex
-from dataclasses import field
-
-from dlperf_tasks.core.records import record
+from dataclasses import dataclass, field
 
 
-@record(frozen=True)
+
+@dataclass(frozen=True, slots=True)
 class NodeSpec:
     """What a command builder needs to know about a node (never logged with IPs)."""
 
@@ -20,7 +19,7 @@ class NodeSpec:
     interface: str | None = None  # NCCL_SOCKET_IFNAME / btl_tcp_if_include
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """Everything needed to start one node's part of a trial.
 

@@ -24,9 +24,8 @@ import gc
 import os
 import sys
 import time
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from dlperf_tasks.core.records import record
 from dlperf_tasks import frameworks
 from dlperf_tasks.core.errors import ExtractError
 from dlperf_tasks.core.pathtext import exists, path_text
@@ -51,7 +50,7 @@ _PROGRESS_EVERY_S = 2.0
 _PROGRESS_MIN_TRIALS = 50
 
 
-@record
+@dataclass(slots=True)
 class ExtractResult:
     """What :func:`extract_tree` found. ``cells`` are computed from ``trials``."""
 

@@ -26,9 +26,8 @@ Two files for the same node of the same trial (``bert_b32_amp_1.log`` beside ``b
 from __future__ import annotations
 
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from dlperf_tasks.core.records import record
 from dlperf_tasks import frameworks
 from dlperf_tasks.core.lazyre import lazy
 from dlperf_tasks.core.errors import ExtractError
@@ -58,7 +57,7 @@ LOOKED_FOR = ("<N>n<G>g/<prefix>_b<B>_<fp32|fp16|amp>[_xla]_<trial>.log (DLPerf 
               "(or megatron_pretrain_gpt_<N>n<G>d_..._rank<node>.log)")
 
 
-@record
+@dataclass(slots=True)
 class LogFile:
     """One log file found in the tree."""
 
@@ -66,7 +65,7 @@ class LogFile:
     node: int  # node rank this log belongs to
 
 
-@record
+@dataclass(slots=True)
 class TrialFiles:
     trial: Trial
     logs: dict[int, LogFile] = field(default_factory=dict)  # node rank -> file

@@ -28,9 +28,8 @@ Pure logic, no I/O.
 from __future__ import annotations
 
 import math
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from dlperf_tasks.core.records import record
 from dlperf_tasks.core.model import Cell, MetricKind, TrialResult
 from dlperf_tasks.core.topology import BASELINE
 from dlperf_tasks import frameworks
@@ -94,7 +93,7 @@ def trial_value(result: TrialResult) -> float | None:
     return dlperf_round(v)
 
 
-@record
+@dataclass(slots=True)
 class CellStats:
     """Statistics of one cell over its valid trials; ``trials`` keeps every trial (valid or not)."""
 
