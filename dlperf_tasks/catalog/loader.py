@@ -7,20 +7,18 @@ site can add suites or override a built-in one without touching code), then the 
 Loading is cheap (libyaml, no framework imports) and cached by file modification time,
 because Airflow's DAG processor calls it on every parse. The built-in suites skip the JSON
 Schema pass (jsonschema's import alone is ~50 ms of every command's start-up); the unit tests
-run it on each of them, and every file from ``$DLPERF_CATALOG_PATH`` or a path gets it. A
-built-in suite is also kept parsed on disk (:mod:`dlperf_tasks.catalog.suitecache`): a command
-that finds it there imports neither PyYAML nor the checks (issue 28.2).
+run it on each of them, ``make install`` checks each once (``dlperf catalog check``), and every
+file from ``$DLPERF_CATALOG_PATH`` or a path gets it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.core.catalog_path import site_dirs
 from dlperf_tasks.core.errors import CatalogError
-from dlperf_tasks.catalog import suitecache
-from dlperf_tasks.core.lazyre import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -82,14 +80,8 @@ def _load(name: str) -> Suite:
             raw = fh.read()
     except OSError as exc:
         raise CatalogError(f"{name}: cannot read suite file: {exc.strerror}") from None
-    # the package's own suites are schema-checked by the tests, not on every load (start-up cost),
-    # and kept parsed on disk
-    builtin = os.path.dirname(key) == _BUILTIN
-    suite = suitecache.get(name, raw) if builtin else None
-    if suite is None:
-        suite = _parse(name, raw, builtin)
-        if builtin:
-            suitecache.put(name, raw, suite)
+    # the package's own suites are schema-checked by the tests and at install, not on every load
+    suite = _parse(name, raw, builtin=os.path.dirname(key) == _BUILTIN)
     _CACHE[key] = (st.st_mtime_ns, st.st_size, suite)
     return suite
 
@@ -191,7 +183,7 @@ def list_suites(extra_dirs: list[str | os.PathLike] | None = None, errors: list[
     return suites
 
 
-_DAG_LINE = lazy(r"(?m)^dag:[ \t]*['\"]?([a-z][a-z0-9_]{0,63})['\"]?[ \t]*(?:#.*)?$")
+_DAG_LINE = re.compile(r"(?m)^dag:[ \t]*['\"]?([a-z][a-z0-9_]{0,63})['\"]?[ \t]*(?:#.*)?$")
 
 
 def group_of_broken_file(path: str | os.PathLike) -> str | None:

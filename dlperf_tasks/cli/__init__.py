@@ -15,6 +15,7 @@ import gc
 import sys
 
 from dlperf_tasks import __version__
+from dlperf_tasks.frameworks import _native
 from dlperf_tasks.core.errors import DlperfError
 
 COMMANDS = ["catalog", "plan", "extract", "sweep", "publish", "results", "cluster", "confirm"]
@@ -56,7 +57,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         epilog="Run 'dlperf <command> --help' for the options of each command.",
         formatter_class=RawDescription,
     )
-    parser.add_argument("--version", action="version", version=f"dlperf {__version__}")
+    parser.add_argument("--version", action="version", version=f"dlperf {__version__}\n{_native.status()}")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     from importlib import import_module
 

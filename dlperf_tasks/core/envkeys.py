@@ -96,7 +96,6 @@ SIMPLE_KEYS: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "notify_on": ("findings", _choice(NOTIFY_ONS)),
     "telemetry": ("", _json_object),
     "defer_trials": ("1", _flag),
-    "no_suite_cache": ("0", _flag),
     "trial_poll_s": ("5", _positive(float)),
     "store_deadline_s": ("900", _positive(float)),
     "store_stall_s": ("30", _positive(float)),

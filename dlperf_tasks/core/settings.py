@@ -95,7 +95,6 @@ class Settings:
     notify_on: str = "findings"  # findings: every regression check notifies; confirmed: A/B-confirmed only
     telemetry: str = ""  # JSON object (interval_s, nvidia_smi, policy...; {"enabled": false} = off)
     defer_trials: bool = True  # the scheduler hands a started trial to the triggerer
-    no_suite_cache: bool = False  # True: built-in suites are parsed on every load (catalog/suitecache.py)
     trial_poll_s: float = 5.0  # how often the triggerer polls a deferred trial's jobs
     store_deadline_s: float = 900.0  # bounds on what is read back from a store (store/limits.py)
     store_stall_s: float = 30.0

@@ -9,8 +9,8 @@ finds it there when ``name`` is not one of the built-in names below.
 from __future__ import annotations
 
 import importlib
+import re
 
-from dlperf_tasks.core.lazyre import lazy
 from dlperf_tasks.frameworks.base import Framework
 
 # (pathlib, inspect and the catalog path are imported by the functions that look for a module
@@ -27,7 +27,7 @@ _MODULES = {
 }
 
 _CACHE: dict[str, Framework] = {}
-_NAME = lazy(r"^[a-z][a-z0-9_]{0,63}$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 def names() -> list[str]:

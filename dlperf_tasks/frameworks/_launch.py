@@ -8,10 +8,10 @@ value from a suite YAML or the UI always reaches the remote shell as one literal
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Mapping
 
 from dlperf_tasks.core.errors import CatalogError
-from dlperf_tasks.core.lazyre import lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from dlperf_tasks.frameworks.launchspec import NodeSpec
 
-_ENV_NAME = lazy(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def setting(settings: Mapping | None, key: str, default: Any) -> Any:

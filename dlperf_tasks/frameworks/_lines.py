@@ -18,7 +18,6 @@ import re
 from itertools import compress, count, repeat
 from operator import add, attrgetter, ge
 
-from dlperf_tasks.core.lazyre import lazy
 from dlperf_tasks.core.model import LogFacts, Sample, as_samples
 from dlperf_tasks.core.samples import SAMPLE_FIELDS
 
@@ -39,22 +38,22 @@ _TAG = re.compile(r"^\[(\d+),(\d+)\]<(?:stdout|stderr|stddiag)>:")
 # (marker name reported in LogFacts.crash_markers, regex searched in each line)
 #: (each compiled on first use: a log without a crash hint never needs one)
 CRASH_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("Traceback", lazy(r"Traceback \(most recent call last\)")),
-    ("CUDA out of memory", lazy(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
-    ("out of memory", lazy(r"\bResourceExhaustedError\b|\bOOM when allocating\b|std::bad_alloc")),
-    ("NCCL error", lazy(r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN .*(?i:failed|error)")),
-    ("Killed", lazy(r"(?:^|\s)Killed(?:\s|$)")),
-    ("exited on signal", lazy(r"exited on signal \d+")),
-    ("non-zero exit", lazy(r"returned a non-zero exit code|returned non-zero exit status")),
-    ("Segmentation fault", lazy(r"Segmentation fault|SIGSEGV|core dumped")),
-    ("MPI abort", lazy(r"MPI_ABORT was invoked|ORTE has lost communication|ORTE was unable to reliably start")),
-    ("CUDA error", lazy(r"CUDA error: |CUDNN_STATUS_[A-Z_]*ERROR|cudaErrorLaunchFailure|an illegal memory access")),
-    ("MXNet error", lazy(r"mxnet\.base\.MXNetError")),
+    ("Traceback", re.compile(r"Traceback \(most recent call last\)")),
+    ("CUDA out of memory", re.compile(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
+    ("out of memory", re.compile(r"\bResourceExhaustedError\b|\bOOM when allocating\b|std::bad_alloc")),
+    ("NCCL error", re.compile(r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN .*(?i:failed|error)")),
+    ("Killed", re.compile(r"(?:^|\s)Killed(?:\s|$)")),
+    ("exited on signal", re.compile(r"exited on signal \d+")),
+    ("non-zero exit", re.compile(r"returned a non-zero exit code|returned non-zero exit status")),
+    ("Segmentation fault", re.compile(r"Segmentation fault|SIGSEGV|core dumped")),
+    ("MPI abort", re.compile(r"MPI_ABORT was invoked|ORTE has lost communication|ORTE was unable to reliably start")),
+    ("CUDA error", re.compile(r"CUDA error: |CUDNN_STATUS_[A-Z_]*ERROR|cudaErrorLaunchFailure|an illegal memory access")),
+    ("MXNet error", re.compile(r"mxnet\.base\.MXNetError")),
     # the script refused its command line (argparse exits 2, absl 1) or failed a setup check before
     # training: the line says why (a misspelled flag, a BERT-large config, a Megatron assert)
-    ("usage error", lazy(r"\S: error: (?:unrecognized arguments|the following arguments are required|argument )"
+    ("usage error", re.compile(r"\S: error: (?:unrecognized arguments|the following arguments are required|argument )"
                          r"|FATAL Flags parsing error")),
-    ("setup error", lazy(r"^(?:ValueError|AssertionError|FileNotFoundError): \S")),
+    ("setup error", re.compile(r"^(?:ValueError|AssertionError|FileNotFoundError): \S")),
 ]
 
 # Every crash pattern above contains one of these literal substrings. A line with none of them

@@ -11,9 +11,7 @@ piece are normalised once (``\\r\\n`` and ``\\r`` become ``\\n`` like Python's u
 NUL bytes dropped, tqdm's block glyphs read as ``#``), counted with ``str.count`` and searched
 with compiled regexes that start with a literal (``re`` then skips to candidates at C speed).
 Only the matching lines cost Python time; crash markers are found with ``in`` per literal hint,
-then checked line by line. The compiled ``_cstream`` (setup.py builds it) does the glyphs, the
-newlines, the line count, ``lines_with`` and the hint search (all hints in one pass) over ASCII
-text; without it, or on other text, the same passes run in Python (the reference: same results).
+then checked line by line.
 
 Caps (``max_lines``, :data:`MAX_LINE`): a line longer than ``MAX_LINE`` characters and a stream
 longer than ``max_lines`` lines are recorded in ``facts.errors`` with a clear reason (the gate
@@ -25,20 +23,12 @@ from __future__ import annotations
 import codecs
 import math
 import re
+from collections import Counter
+from collections.abc import Iterable
+from operator import sub
 
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, FactCollector, strip_tag
 from dlperf_tasks.core.model import LogFacts, ParsedLog, Sample, Samples
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterable
-
-try:  # the compiled block passes (setup.py builds it; without it: the same passes in Python, same results)
-    from dlperf_tasks.frameworks import _cstream
-except ImportError:  # pragma: no cover - a machine without a C compiler
-    _cstream = None
-
-
 
 #: the UTF-8 of U+2580-U+259F (block elements): tqdm draws its bars with them (DLE logs are full of
 #: bars). Read as ``#``: they only ever draw bars, and a text without them is usually all ASCII,
@@ -61,24 +51,10 @@ _HINTS_ASCII = tuple(h.encode("ascii") for h in _CRASH_HINTS)
 assert not any(c.isdigit() or c == "\n" for h in _CRASH_HINTS for c in h), "the shape check needs digit-free hints"
 
 
-#: line shapes already seen to hold no crash hint (the logs of one tree share most of theirs: NCCL
-#: set-up, tqdm bars): a later text is checked only on its shapes not in here. Bounded: emptied when full
-_CLEAN_SHAPES: set[bytes] = set()
-_CLEAN_SHAPES_MAX = 4096
-
-
 def _may_hold_hint(text: str) -> bool:
     """False only when no crash hint occurs anywhere in ``text`` (an ASCII str)."""
-    new = set(text.encode("ascii").translate(_DIGITS_TO_0).split(b"\n")).difference(_CLEAN_SHAPES)
-    if not new:
-        return False
-    shapes = b"\n".join(new)
-    if any(map(shapes.__contains__, _HINTS_ASCII)):  # no generator frame per hint
-        return True
-    if len(_CLEAN_SHAPES) + len(new) > _CLEAN_SHAPES_MAX:
-        _CLEAN_SHAPES.clear()
-    _CLEAN_SHAPES.update(new)
-    return False
+    shapes = b"\n".join(set(text.encode("ascii").translate(_DIGITS_TO_0).split(b"\n")))
+    return any(map(shapes.__contains__, _HINTS_ASCII))
 
 
 def _long_line_at(block: str) -> int:
@@ -114,10 +90,8 @@ _KV = _kv_patterns(_KV_NAME)
 def kv_args(text: str, keys: tuple[str, ...] | None = None) -> dict[str, str]:
     """``Namespace(a=1, b='x')`` / ``--a=1 --b x`` -> {"a": "1", "b": "x"} (``=`` forms only).
     ``keys``: only these (one regex for just them: a Namespace line has dozens of others)."""
-    cached = _KV_RESULTS.get((text, keys))
-    if cached is not None:  # every rank and every trial of a run prints the same Namespace line
-        return dict(cached)
-    at_start, after = _KV if keys is None else _kv_for(keys)
+    at_start, after = _KV if keys is None else _kv_patterns(
+        "|".join(re.escape(k).replace("_", "[_-]") for k in keys))
     out = {}
     pos = 0
     m = at_start.match(text)
@@ -126,27 +100,7 @@ def kv_args(text: str, keys: tuple[str, ...] | None = None) -> dict[str, str]:
         pos = m.end()
     for m in after.finditer(text, pos):
         out[m.group(1).replace("-", "_")] = m.group(2).strip("'\"")
-    if len(text) <= _KV_TEXT_MAX:
-        if len(_KV_RESULTS) >= _KV_RESULTS_MAX:
-            _KV_RESULTS.clear()
-        _KV_RESULTS[(text, keys)] = dict(out)
     return out
-
-
-#: kv_args' answers by (text, keys): a pure function of them, kept for the next identical line (bounded)
-_KV_RESULTS: dict[tuple[str, tuple[str, ...] | None], dict[str, str]] = {}
-_KV_RESULTS_MAX = 64
-_KV_TEXT_MAX = 16 * 1024
-
-
-_KV_CACHE: dict[tuple[str, ...], tuple[re.Pattern, re.Pattern]] = {}
-
-
-def _kv_for(keys: tuple[str, ...]) -> tuple[re.Pattern, re.Pattern]:
-    rx = _KV_CACHE.get(keys)
-    if rx is None:
-        rx = _KV_CACHE[keys] = _kv_patterns("|".join(re.escape(k).replace("_", "[_-]") for k in keys))
-    return rx
 
 
 def as_int(value) -> int | None:
@@ -193,7 +147,7 @@ class LogStream:
         """Add the next piece of the log (may end in the middle of a line)."""
         if isinstance(chunk, (bytes, bytearray)):
             if not chunk.isascii():
-                chunk = _BAR_GLYPHS.sub(b"#", chunk) if _cstream is None else _cstream.bars(bytes(chunk))
+                chunk = _BAR_GLYPHS.sub(b"#", chunk)
             text = self._decoder.decode(bytes(chunk))
         else:
             text = chunk
@@ -220,8 +174,7 @@ class LogStream:
         self._pending = text[cut + 1:]
         block = text[:cut + 1]
         if "\r" in block:
-            crlf = _cstream.newlines(block) if _cstream is not None else None
-            block = crlf if crlf is not None else block.replace("\r\n", "\n").replace("\r", "\n")
+            block = block.replace("\r\n", "\n").replace("\r", "\n")
         if self._skipping:
             block = block[block.index("\n") + 1:]
             self._skipping = False
@@ -253,9 +206,7 @@ class LogStream:
             return
         if "\x00" in block:
             block = block.replace("\x00", "")
-        n = _cstream.count_nl(block) if _cstream is not None else None
-        if n is None:
-            n = block.count("\n")
+        n = block.count("\n")
         if self.max_lines is not None and self._lineno + n > self.max_lines:
             keep = self.max_lines - self._lineno
             end = -1
@@ -285,8 +236,6 @@ class LogStream:
         fc = self.fc
         hints = _CRASH_HINTS
         mask, self.rest_hints = self.rest_hints, None
-        if mask is None and _cstream is not None:
-            mask = _cstream.which(block, _CRASH_HINTS)
         if mask is not None:  # one pass: only the hints that occur are looked for below (same lines, same order)
             if not mask:
                 return
@@ -323,8 +272,12 @@ class LogStream:
     @staticmethod
     def lines_with(block: str, literal: str) -> Iterable[tuple[int, str]]:
         """Each line (start offset, text) that contains ``literal``, once."""
-        found = _cstream.lines_with(block, literal) if _cstream is not None else None
-        return _lines_with(block, literal) if found is None else found
+        pos = block.find(literal)
+        while pos >= 0:
+            start = block.rfind("\n", 0, pos) + 1
+            end = block.find("\n", pos)
+            yield start, block[start:end]
+            pos = block.find(literal, end)
 
     @staticmethod
     def rank_at(block: str, start: int) -> int | None:
@@ -374,21 +327,8 @@ class LogStream:
             if its[-1] - its[0] == len(its) - 1:  # sorted distinct ints: every step is 1 (the Counter's answer)
                 facts.stride = its[1] - its[0]
             else:
-                from collections import Counter
-                from operator import sub
-
                 facts.stride = Counter(map(sub, its[1:], its)).most_common(1)[0][0]
         return ParsedLog(samples=self.samples, facts=facts, extra=self.extra)
-
-
-def _lines_with(block: str, literal: str) -> Iterable[tuple[int, str]]:
-    """:meth:`LogStream.lines_with` in Python (the reference of ``_cstream.lines_with``)."""
-    pos = block.find(literal)
-    while pos >= 0:
-        start = block.rfind("\n", 0, pos) + 1
-        end = block.find("\n", pos)
-        yield start, block[start:end]
-        pos = block.find(literal, end)
 
 
 def parse_with(stream: LogStream, lines: Iterable[str | bytes]) -> ParsedLog:

@@ -37,9 +37,11 @@ import itertools
 import math
 import operator
 import re
+import statistics
 from collections import Counter, defaultdict
 
 from dlperf_tasks.frameworks import _launch as L
+from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2, strip_tag
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
@@ -51,12 +53,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
     from typing import Mapping
-
-try:  # the compiled step-line scanner and per-step reductions (setup.py builds them; same results as
-    # the Python code below, which they fall back to)
-    from dlperf_tasks.frameworks import _cmxbert, _cmxsteps
-except ImportError:  # pragma: no cover - a machine without a C compiler
-    _cmxbert = _cmxsteps = None
 
 _STEP = re.compile(r"\[step (\d+)\]")
 _LATENCY = re.compile(r"latency=\s*(\S+?)\s*ms/(?:batch|step)")
@@ -245,14 +241,8 @@ def _median_speeds(samples, lo: int, hi: int, k: float) -> dict[int, float]:
     Steps in log order, every latency > 0 and finite, ``k`` > 0 (the usual case): ``k / v`` falls as
     ``v`` grows (IEEE division is monotonic), so the median's one or two middle values are ``k`` over
     the middle latencies: one sort of the latencies, one or two divisions a step, the same doubles
-    (``a + b`` is commutative); in C (:func:`_cmxsteps.medians`) when built. Anything else:
-    :func:`_speeds_by_step` and ``statistics.median``."""
+    (``a + b`` is commutative). Anything else: :func:`_speeds_by_step` and ``statistics.median``."""
     its, vals = samples.iteration, samples.value
-    if _cmxsteps is not None and type(lo) is int and type(hi) is int and -2**63 <= min(lo, hi) <= max(lo, hi) < 2**63 \
-            and type(its) is list and type(vals) is list:
-        got = _cmxsteps.medians(its, vals, lo, hi, k)  # None: not the usual case
-        if got is not None:
-            return got
     if k > 0 and its and all(map(operator.le, its, itertools.islice(its, 1, None))):
         a, b = bisect.bisect_right(its, lo), bisect.bisect_right(its, hi)
         window = vals[a:b]
@@ -266,8 +256,6 @@ def _median_speeds(samples, lo: int, hi: int, k: float) -> dict[int, float]:
                 out[step] = k / s[m] if len(s) % 2 else (k / s[m - 1] + k / s[m]) / 2
                 a = end
             return out
-    import statistics  # the pure-Python path only (~5 ms of start-up)
-
     return {step: statistics.median(v) for step, v in _speeds_by_step(samples, lo, hi, k).items()}
 
 
@@ -277,7 +265,8 @@ class MxnetBertStream(LogStream):
     _last_loss: float | None = None  # mlm + nsp of the last step line that has both
 
     def scan(self, block: str) -> str | None:
-        cols = _cmxbert.scan(block) if _cmxbert is not None else None  # None: not ASCII, an odd value
+        scan = _native.mxbert_scan
+        cols = scan(block) if scan is not None else None  # None: not ASCII, an odd value
         if cols is None:
             parts = _BULK.split(block)  # first: the checks below then read only the text between step lines
             rest = "".join(parts[0::5]) if len(parts) > 1 else block
@@ -321,7 +310,7 @@ class MxnetBertStream(LogStream):
 
     def _columns(self, rest: str, clean: str, steps: list[int], lats: list[float], mlm: str, nsp: str,
                  runs: list[int]) -> str | None:
-        """The columns of a block's step lines (:meth:`_bulk`'s, or the C scanner's :func:`_cmxbert.scan`:
+        """The columns of a block's step lines (:meth:`_bulk`'s, or the C scanner's ``_native.mxbert_scan``:
         the same values, latencies > 0 with a finite sum, ``mlm``/``nsp`` the loss texts joined by
         newlines). ``clean``: ``rest`` without python logging's ``INFO:root:`` prefixes (what the
         crash-marker scan reads); ``runs``: the steps or any list of the same set (fewer to add)."""
@@ -424,8 +413,7 @@ class MxnetBertStream(LogStream):
 
     def finish(self) -> None:
         its = self.samples.iteration
-        per_step = _cmxsteps.counts(its) if _cmxsteps is not None and type(its) is list else None
-        self.extra["lines_per_step"] = per_step if per_step is not None else dict(Counter(its))
+        self.extra["lines_per_step"] = dict(Counter(its))
         self.extra["tagged"] = bool(self.fc._ranks)
         if self._last_loss is not None:  # the last loss printed
             self.fc.facts.final_loss = self._last_loss

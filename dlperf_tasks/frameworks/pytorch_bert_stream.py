@@ -1,8 +1,8 @@
 """The log stream of NGC PyTorch BERT (DLE ``run_pretraining.py``): see :mod:`.pytorch_bert` for the format.
 
 The bulk of a block (its step lines all well formed, one date, steps increasing, plain finite losses) is
-read by the compiled ``_cdll`` in one pass, the literals below by ``_cstream``; everything else (and a
-machine without a C compiler) takes the pure-Python path, which is the reference: same results.
+read by the compiled ``_cdll`` in one pass (:mod:`._native`); everything else (and a machine without a
+C compiler) takes the pure-Python path, which is the reference: same results.
 """
 
 from __future__ import annotations
@@ -11,14 +11,10 @@ import math
 import operator
 import re
 
+from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, clock_seconds
 from dlperf_tasks.frameworks._stream import LogStream, as_float, as_int, kv_args
 from dlperf_tasks.core.model import Sample
-
-try:  # the compiled step-line reader (setup.py builds it; without it: the pure-Python path, same results)
-    from dlperf_tasks.frameworks import _cdll, _cstream
-except ImportError:  # pragma: no cover - a machine without a C compiler
-    _cdll = _cstream = None
 
 #: DLPerf skips steps 1..SKIP_STEPS
 SKIP_STEPS = 5
@@ -53,10 +49,11 @@ class PytorchBertStream(LogStream):
     _banners = 0
 
     def scan(self, block: str) -> str:
-        fast = _cdll.scan(block) if _cdll is not None and not self._ordinal else None
-        # one pass over the rest (the block less the step lines) for PyTorch's literals and the crash hints:
-        # the removed step lines hold none of them, and a literal across a removed line only costs a look
-        found = _cstream.which(fast[0], _SCAN_LITERALS) if fast is not None else None
+        scan = _native.dll_scan
+        fast = scan(block) if scan is not None and not self._ordinal else None
+        # the rest (the block less the step lines) for PyTorch's literals and the crash hints: the
+        # removed step lines hold none of them, and a literal across a removed line only costs a look
+        found = _which(fast[0], _SCAN_LITERALS) if fast is not None and fast[0].isascii() else None
         if found is None or (fast[2] and (found & 1 or (
                 self._last_step is not None and fast[2][0] <= self._last_step))):
             fast = None  # ordinal numbering, or a repeated/backward step across blocks: the Python path
@@ -82,7 +79,7 @@ class PytorchBertStream(LogStream):
         return "".join(parts[0::11]) if n else block
 
     def _scan_fast(self, block: str, found: int, rest: str, epochs: int, raw: list, ts: list, losses: list) -> str:
-        """:meth:`scan` with the step lines read by :mod:`_cdll` (the bulk case of :meth:`_bulk`) and the
+        """:meth:`scan` with the step lines read by ``_cdll`` (the bulk case of :meth:`_bulk`) and the
         literals of :data:`_LITERALS` found in one pass (``found``: bit i for ``_LITERALS[i]``)."""
         n = len(raw)
         if n and not self._bulk_columns(raw, ts, losses):
@@ -227,6 +224,11 @@ class PytorchBertStream(LogStream):
 #: the literals :meth:`PytorchBertStream.scan` looks for, in one pass (bit i: ``_LITERALS[i]``)
 _LITERALS = ("skipped_steps : ", "PARAMETER", "training_sequences_per_second", "torch.distributed.launch", "torchrun")
 _SCAN_LITERALS = _LITERALS + _CRASH_HINTS
+
+
+def _which(text: str, literals: tuple[str, ...]) -> int:
+    """Bit i set when ``literals[i]`` occurs in ``text``."""
+    return sum(1 << i for i, literal in enumerate(literals) if literal in text)
 _DLL_FAST = re.compile(
     r"DLL (\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2}(?:\.\d{1,6})?+) - "
     r"Training Epoch: (\d+) Training Iteration: (\d+)\b[ \t]*(?:(average_loss|final_loss|step_loss) : (\S+))?")

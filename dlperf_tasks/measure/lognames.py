@@ -29,7 +29,6 @@ import re
 from dataclasses import dataclass, field
 
 from dlperf_tasks import frameworks
-from dlperf_tasks.core.lazyre import lazy
 from dlperf_tasks.core.errors import ExtractError
 from dlperf_tasks.core.model import Cell, MetricKind, ParallelLayout, Trial, Window
 from dlperf_tasks.core.topology import Topology
@@ -40,13 +39,13 @@ TRIAL_FILE_RE = re.compile(
     r"_(?P<trial>[1-9]\d{0,6})"
     r"(?:\.node(?P<node>\d{1,4}))?\.log\Z")
 _CASE = r"(?:DP|MP|2D|PP|DP_PP|MP_PP|2D_PP)_\d+x\d+x\d+_\d+_\d+x\d+"
-CASE_RE = lazy(_CASE + r"\Z")
-MEGATRON_FILE_RE = lazy(
+CASE_RE = re.compile(_CASE + r"\Z")
+MEGATRON_FILE_RE = re.compile(
     r"(?P<stem>(?P<prefix>.*?)_?(?P<nodes>[1-9]\d{0,3})n(?P<gpus>[1-9]\d{0,3})[gd]_dp(?P<dp>\d+)_mp(?P<mp>\d+)"
     r"_pp(?P<pp>\d+)_mb[sz](?P<mbs>\d+)_gb[sz](?P<gbs>\d+)(?:_s(?P<seq>\d+))?(?:_l(?P<layers>\d+))?"
     r"(?:_h(?:sz)?(?P<hidden>\d+))?(?:_(?:ahs|nh)(?P<heads>\d+))?(?:_(?P<case>" + _CASE + r"))?"
     r"(?P<rest>.*?)(?:_pretrain(?:_(?P<h2>\d+)_(?P<l2>\d+)_(?P<a2>\d+))?)?)_(?:rank)?(?P<node>\d{1,4})\.log\Z")
-_TRIAL_DIR_RE = lazy(r"[1-9]\d{0,6}\Z")
+_TRIAL_DIR_RE = re.compile(r"[1-9]\d{0,6}\Z")
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

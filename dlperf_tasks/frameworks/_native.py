@@ -1,0 +1,45 @@
+"""The one seam to the compiled step-line scanners (``_cdll.c``, ``_cmxbert.c``; setup.py builds them).
+
+``dll_scan`` (PyTorch BERT's DLL step lines) and ``mxbert_scan`` (gluon-nlp's ``[step N]`` lines) are
+the compiled ``scan`` functions, or None: not built (no C compiler), failed to load, or turned off with
+``DLPERF_PURE_PYTHON=1``. A parser that gets None reads the same lines in Python, with the same results
+(tests/unit/test_cdll_parity.py, test_cmxbert.py). :func:`status` says which are in use;
+``dlperf --version`` and ``make install`` print it, so a missing build is never silent.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+
+#: set to 1 to run the pure-Python parsers without rebuilding or editing anything
+PURE_ENV = "DLPERF_PURE_PYTHON"
+MODULES = ("_cdll", "_cmxbert")
+
+#: module name -> why it is not in use (absent: in use)
+problems: dict[str, str] = {}
+
+
+def _load(name: str) -> Callable | None:
+    if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
+        problems[name] = f"{PURE_ENV} is set"
+        return None
+    try:
+        return importlib.import_module(f"dlperf_tasks.frameworks.{name}").scan
+    except (ImportError, AttributeError) as exc:
+        problems[name] = f"not built or not loadable ({exc}); run `make build-ext`"
+        return None
+
+
+dll_scan = _load("_cdll")
+mxbert_scan = _load("_cmxbert")
+
+
+def status() -> str:
+    """One line: the compiled scanners in use, or why each is not (the parsers then run in Python)."""
+    if not problems:
+        return "compiled scanners: " + ", ".join(MODULES)
+    return "compiled scanners: " + "; ".join(
+        f"{name} off ({problems[name]})" if name in problems else f"{name} in use" for name in MODULES
+    ) + " - the pure-Python parsers give the same results, slower"
