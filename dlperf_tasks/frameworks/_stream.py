@@ -27,13 +27,17 @@ from collections import Counter
 from collections.abc import Iterable
 from operator import sub
 
-from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, FactCollector, strip_tag
+from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, MAX_RECORDED, FactCollector, strip_tag
 from dlperf_tasks.core.model import LogFacts, ParsedLog, Sample, Samples
 
 #: the UTF-8 of U+2580-U+259F (block elements): tqdm draws its bars with them (DLE logs are full of
 #: bars). Read as ``#``: they only ever draw bars, and a text without them is usually all ASCII,
 #: which CPython stores one byte a character: every search over it is then faster (~12 % of a
 #: PyTorch BERT parse). A glyph split between two pieces is left as it is (correct, only slower).
+#: the longest step line a parser with a :attr:`LogStream.step_marker` reads (gluon-nlp's are ~150
+#: characters; its Namespace lines, which may be longer, hold no step marker)
+MAX_STEP_LINE = 2048
+
 _BAR_GLYPHS = re.compile(rb"\xe2\x96[\x80-\x9f]")
 
 #: a text left for the crash-marker scan at least this long is scanned once per distinct line
@@ -55,6 +59,31 @@ def _may_hold_hint(text: str) -> bool:
     """False only when no crash hint occurs anywhere in ``text`` (an ASCII str)."""
     shapes = b"\n".join(set(text.encode("ascii").translate(_DIGITS_TO_0).split(b"\n")))
     return any(map(shapes.__contains__, _HINTS_ASCII))
+
+
+def _twice_on_a_line(field: str) -> re.Pattern:
+    """``field`` and its next occurrence on the same line (``re`` keeps the compiled pattern)."""
+    return re.compile(re.escape(field) + r"[^\n]*?" + re.escape(field))
+
+
+def long_lines(block: str, limit: int) -> list[tuple[int, int]]:
+    """(start, end) of each line of ``block`` longer than ``limit`` characters (``end``: its newline or
+    the block's end). Such a line covers a whole aligned window of ``(limit + 1) // 2`` characters, so
+    one bounded ``find`` per window finds every one: linear in the block, whatever its lines."""
+    step = max((limit + 1) // 2, 1)
+    out: list[tuple[int, int]] = []
+    lo, size = 0, len(block)
+    while lo + step <= size:
+        if block.find("\n", lo, lo + step) >= 0:
+            lo += step
+            continue
+        start = block.rfind("\n", 0, lo) + 1
+        end = block.find("\n", lo)
+        end = size if end < 0 else end
+        if end - start > limit and (not out or out[-1][0] != start):
+            out.append((start, end))
+        lo = max(lo + step, end)
+    return out
 
 
 def _long_line_at(block: str) -> int:
@@ -128,6 +157,11 @@ class LogStream:
     #: set by :meth:`scan` when it already knows which crash hints occur in the text it returns: bit i
     #: for ``_CRASH_HINTS[i]`` (the crash-marker scan of that text then skips its own search)
     rest_hints: int | None = None
+    #: the literals of a step line, the first one its start (empty: none of this). A line that holds
+    #: one of them twice (a step record repeated on one line) or holds the first and is longer than
+    #: :data:`MAX_STEP_LINE` is not given to :meth:`scan` but recorded as an error: a step-line regex
+    #: then meets each field at most once a line, so parsing stays linear in the log's size
+    step_fields: tuple[str, ...] = ()
 
     def __init__(self, max_lines: int | None = None) -> None:
         self.fc = FactCollector()
@@ -222,15 +256,53 @@ class LogStream:
             if at >= 0:
                 self.fc.error(f"line {self.line_no(block, at)}: longer than {MAX_LINE} characters (cap)")
         self.fc.facts.lines += n
+        whole, removed = block, ""
+        if self.step_fields:
+            block, removed = self._drop_odd_step_lines(block)
         try:
             rest = self.scan(block)
         except (ValueError, OverflowError) as exc:  # e.g. a 5,000-digit step number (int()'s digit limit)
             self.fc.error(f"lines {self._lineno + 1}-{self._lineno + n}: unreadable value ({str(exc)[:160]})")
             rest = None
-        self._crash_scan(block if rest is None else rest)
+        if removed:
+            self.rest_hints = None
+            self._crash_scan(whole if rest is None else rest + removed)
+        else:
+            self._crash_scan(block if rest is None else rest)
         self._lineno += n
         if not self.keep_samples:
             self.samples.clear()
+
+    def _drop_odd_step_lines(self, block: str) -> tuple[str, str]:
+        """``block`` with the lines :attr:`step_fields` describes emptied (their newlines kept: line
+        numbers stay), and those lines (for the crash-marker scan). Linear: each search below stops at
+        the field's next occurrence or at the end of its line."""
+        odd: dict[int, tuple[int, str]] = {}  # line start -> (end, why)
+        marker = self.step_fields[0]
+        for start, end in long_lines(block, MAX_STEP_LINE):
+            if marker in block[start:end]:
+                odd[start] = (end, f"a '{marker.strip()}' line of {end - start} characters (cap {MAX_STEP_LINE})")
+        for field in self.step_fields:
+            twice = _twice_on_a_line(field)
+            m = twice.search(block)
+            while m:
+                start = block.rfind("\n", 0, m.start()) + 1
+                end = block.find("\n", m.end())
+                end = len(block) if end < 0 else end
+                odd.setdefault(start, (end, f"'{field}' more than once on one line"))
+                m = twice.search(block, end)
+        if not odd:
+            return block, ""
+        keep, removed, at = [], [], 0
+        for start in sorted(odd):
+            end, why = odd[start]
+            if len(removed) < MAX_RECORDED:
+                self.fc.error(f"line {self.line_no(block, start)}: not read as a step line: {why}")
+            keep.append(block[at:start])
+            removed.append(block[start:end + 1])
+            at = end
+        keep.append(block[at:])
+        return "".join(keep), "".join(removed)
 
     def _crash_scan(self, block: str) -> None:
         fc = self.fc

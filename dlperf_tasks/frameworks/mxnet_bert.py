@@ -263,6 +263,7 @@ class MxnetBertStream(LogStream):
     """gluon-nlp ``run_pretraining.py`` log: ``[step N]`` lines of every rank, the Namespace line."""
 
     _last_loss: float | None = None  # mlm + nsp of the last step line that has both
+    step_fields = ("[step ", "throughput=", "latency=", "mlm_loss=", "nsp_loss=")
 
     def scan(self, block: str) -> str | None:
         scan = _native.mxbert_scan
