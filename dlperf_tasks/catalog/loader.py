@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.core.catalog_path import site_dirs
 from dlperf_tasks.core.errors import CatalogError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
 
 #: the most bytes a suite file may have: yamlsrc.MAX_BYTES (a unit test checks), here so that a cached
 #: load imports no yamlsrc

@@ -7,13 +7,10 @@ planning (dlperf_tasks/catalog/plan.py) turns a Suite + overrides into cells and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from dlperf_tasks.core.model import ParallelLayout, Window
 from dlperf_tasks.core.topology import Topology
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 @dataclass(frozen=True, slots=True)

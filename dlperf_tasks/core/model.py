@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from dlperf_tasks.core.samples import Sample, Samples, as_samples  # noqa: F401 (Sample re-exported)
 from dlperf_tasks.core.topology import Topology
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 class Precision(str, enum.Enum):

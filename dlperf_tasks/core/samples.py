@@ -17,10 +17,8 @@ numbers only), so the conversion cannot fail and every value is finite.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 @dataclass(slots=True)

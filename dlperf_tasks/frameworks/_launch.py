@@ -10,14 +10,10 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from dlperf_tasks.core.errors import CatalogError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
-    from dlperf_tasks.frameworks.launchspec import NodeSpec
+from dlperf_tasks.frameworks.launchspec import NodeSpec
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

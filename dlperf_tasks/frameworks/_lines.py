@@ -17,13 +17,10 @@ import math
 import re
 from itertools import compress, count, repeat
 from operator import add, attrgetter, ge
+from collections.abc import Iterable, Iterator
 
 from dlperf_tasks.core.model import LogFacts, Sample, as_samples
 from dlperf_tasks.core.samples import SAMPLE_FIELDS
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterable, Iterator
 
 #: longest line kept (longer ones are cut; real training lines are < 4 KiB,
 #: the MXNet ``Namespace(...)`` line is ~20 KiB)
@@ -309,10 +306,6 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
         return None, total + skip
     samples = as_samples(samples)
     its = samples.iteration
-    key = (len(its), stride, warmup, total, skip)
-    last = _LAST_WINDOW[0]  # one read of an immutable entry: another thread's gate can only replace it whole
-    if last[0] is samples and last[1] == key:  # check() then trial_metric() of one trial: found once
-        return last[2]
     stride = max(int(stride or 1), 1)
     origin = its[0] - stride
     want_start, want_end = origin + skip + warmup, origin + skip + total
@@ -321,20 +314,13 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
     start = _first_at_least(its, want_start)
     end = None if start is None else _first_at_least(its, want_end)
     if end is None:
-        out = None, want_end
-    else:
-        columns = _COLUMNS(samples)
-        out = Sample(*[c[start] for c in columns]), Sample(*[c[end] for c in columns])
-    _LAST_WINDOW[0] = (samples, key, out)
-    return out
+        return None, want_end
+    columns = _COLUMNS(samples)
+    return Sample(*[c[start] for c in columns]), Sample(*[c[end] for c in columns])
 
 
 #: the columns of a Samples, in Sample's field order
 _COLUMNS = attrgetter(*SAMPLE_FIELDS)
-#: step_window's last (Samples, arguments, answer), as one tuple so that concurrent gates (the engine runs
-#: trials in threads) never read one trial's Samples with another's answer; the Samples is held, so its
-#: identity cannot be reused while it is here
-_LAST_WINDOW: list = [(None, None, None)]
 
 
 def _first_at_least(values: list, bound) -> int | None:

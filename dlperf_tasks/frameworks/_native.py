@@ -10,11 +10,12 @@ the compiled ``scan`` functions, or None: not built (no C compiler), failed to l
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 
-#: set to 1 to run the pure-Python parsers without rebuilding or editing anything
-PURE_ENV = "DLPERF_PURE_PYTHON"
+from dlperf_tasks.core.settings import SettingsError, env_name, env_value
+
+#: set to 1 to run the pure-Python parsers without rebuilding or editing anything (a setting)
+PURE_ENV = env_name("pure_python")
 MODULES = ("_cdll", "_cmxbert")
 
 #: module name -> why it is not in use (absent: in use)
@@ -22,8 +23,12 @@ problems: dict[str, str] = {}
 
 
 def _load(name: str) -> Callable | None:
-    if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
-        problems[name] = f"{PURE_ENV} is set"
+    try:
+        if env_value("pure_python"):
+            problems[name] = f"{PURE_ENV} is set"
+            return None
+    except SettingsError as exc:
+        problems[name] = str(exc)
         return None
     try:
         return importlib.import_module(f"dlperf_tasks.frameworks.{name}").scan

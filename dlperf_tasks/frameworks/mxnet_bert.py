@@ -39,6 +39,7 @@ import operator
 import re
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks import _native
@@ -48,11 +49,7 @@ from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 from dlperf_tasks.core.samples import LazyFloats
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
-    from typing import Mapping
+from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
 _STEP = re.compile(r"\[step (\d+)\]")
 _LATENCY = re.compile(r"latency=\s*(\S+?)\s*ms/(?:batch|step)")
@@ -146,8 +143,6 @@ class MxnetBert(Framework):
         ] + L.str_list(settings, "extra_args")
         env = L.env_from(settings, {"NCCL_DEBUG": "INFO"})
         argv = build_mpirun(trial, nodes, settings, script, env)
-        from dlperf_tasks.frameworks.launchspec import LaunchSpec  # lazy: dlperf extract launches nothing
-
         return LaunchSpec(argv=argv, env=env, workdir=L.text(settings, "workdir", "/workspace/gluon-nlp/scripts/bert"))
 
     def expected_ranks(self, cell: Cell) -> list[int]:

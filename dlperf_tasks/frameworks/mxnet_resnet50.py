@@ -46,10 +46,7 @@ from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.frameworks.mxnet_bert import build_mpirun
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
+from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
 _RANK = re.compile(r"Epoch\[\d+\] Rank\[(\d+)\] Batch\[")
 
@@ -93,8 +90,6 @@ class MxnetResnet50(Framework):
         script += L.str_list(settings, "extra_args")
         env = L.env_from(settings, {"NCCL_DEBUG": "INFO"})
         argv = build_mpirun(trial, nodes, settings, script, env)
-        from dlperf_tasks.frameworks.launchspec import LaunchSpec  # lazy: dlperf extract launches nothing
-
         return LaunchSpec(argv=argv, env=env,
                           workdir=L.text(settings, "workdir", "/workspace/gluon-cv/scripts/classification/imagenet"))
 

@@ -25,6 +25,8 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TextIO
 
 from dlperf_tasks import frameworks
 from dlperf_tasks.core.errors import ExtractError
@@ -37,10 +39,6 @@ from dlperf_tasks.core.model import LogFacts, ParsedLog, Samples, Trial, TrialRe
 from dlperf_tasks.measure.stats import CellStats, aggregate
 from dlperf_tasks.measure.validity import gate, missing_log
 from dlperf_tasks.frameworks._lines import _utf8_safe, split_chunks
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, Iterator, TextIO
 
 #: the model key DLPerf's own extractors printed in their result dict, per framework
 #: (seed 000: 'bert-base', 003: 'bert', 004: 'rn50'); a suite's ``extra: {dlperf_model: ...}`` wins

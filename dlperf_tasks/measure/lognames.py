@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 from dlperf_tasks import frameworks
 from dlperf_tasks.core.errors import ExtractError
@@ -46,10 +47,6 @@ MEGATRON_FILE_RE = re.compile(
     r"(?:_h(?:sz)?(?P<hidden>\d+))?(?:_(?:ahs|nh)(?P<heads>\d+))?(?:_(?P<case>" + _CASE + r"))?"
     r"(?P<rest>.*?)(?:_pretrain(?:_(?P<h2>\d+)_(?P<l2>\d+)_(?P<a2>\d+))?)?)_(?:rank)?(?P<node>\d{1,4})\.log\Z")
 _TRIAL_DIR_RE = re.compile(r"[1-9]\d{0,6}\Z")
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterable
 
 LOOKED_FOR = ("<N>n<G>g/<prefix>_b<B>_<fp32|fp16|amp>[_xla]_<trial>.log (DLPerf layout, e.g. 1n8g/bert_b32_fp32_1.log) "
               "or megatron_lm_perf_<N>n<G>g_dp<D>_mp<M>_pp<P>_mbs<m>_gbs<g>..._pretrain_<node>.log "

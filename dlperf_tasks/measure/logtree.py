@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import os
 import stat
+import tarfile
+from pathlib import Path
+from collections.abc import Iterator
 
 from dlperf_tasks.core.errors import ExtractError
 from dlperf_tasks.core.pathtext import is_file
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    import tarfile
-    from pathlib import Path
-    from typing import Iterator
 
 #: the largest log read (bytes); beyond it the trial is invalid "file larger than the cap"
 MAX_LOG_BYTES = 4 << 30

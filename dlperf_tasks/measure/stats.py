@@ -29,14 +29,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 from dlperf_tasks.core.model import Cell, MetricKind, TrialResult
 from dlperf_tasks.core.topology import BASELINE
 from dlperf_tasks import frameworks
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterable
 
 #: speedup_state values
 SPEEDUP_BASELINE = "baseline"  # this cell is the 1n1g baseline (speedup 1.0)
