@@ -40,8 +40,6 @@ def __getattr__(name: str):
 
 
 def _builtin_dir() -> Path:
-    from pathlib import Path
-
     return Path(_BUILTIN)
 
 
@@ -52,8 +50,6 @@ def search_dirs(extra_dirs: list[str | os.PathLike] | None = None) -> list[Path]
 
 def load_file(path: str | os.PathLike) -> Suite:
     """Load and validate one suite file (cached by path, mtime and size)."""
-    from pathlib import Path
-
     return _load(str(Path(path)))
 
 
@@ -84,8 +80,6 @@ def _load(name: str) -> Suite:
 
 
 def _parse(name: str, raw: bytes, builtin: bool) -> Suite:
-    from pathlib import Path
-
     from dlperf_tasks.catalog.validate import build_suite  # lazy: start-up of dlperf extract (a cached suite needs no checks)
     from dlperf_tasks.catalog.yamlsrc import parse_yaml  # lazy: start-up of dlperf extract (PyYAML's import ~10 ms)
 
@@ -187,8 +181,6 @@ def group_of_broken_file(path: str | os.PathLike) -> str | None:
     """Best-effort DAG group of a suite file that failed to load: its top-level ``dag:`` line
     (read as text, so a syntax error elsewhere does not matter), else the group of the built-in
     suite it overrides; None when neither tells."""
-    from pathlib import Path
-
     p = Path(path)
     try:
         with open(p, "rb") as f:

@@ -9,12 +9,13 @@ finds it there when ``name`` is not one of the built-in names below.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import inspect
 import re
+from pathlib import Path
 
+from dlperf_tasks.core.catalog_path import site_dirs
 from dlperf_tasks.frameworks.base import Framework
-
-# (pathlib, inspect and the catalog path are imported by the functions that look for a module
-# outside the built-in names: start-up of dlperf extract)
 
 # name -> "module:Class"; imported lazily so the CLI and DAG parsing stay fast.
 _MODULES = {
@@ -32,10 +33,6 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 def names() -> list[str]:
     """Built-in names, plus framework modules found in the package or a catalog's ``frameworks/``."""
-    from pathlib import Path
-
-    from dlperf_tasks.core.catalog_path import site_dirs  # lazy: start-up of dlperf extract (settings)
-
     found = set(_MODULES)
     here = Path(__file__).resolve().parent
     try:
@@ -49,10 +46,6 @@ def names() -> list[str]:
 
 def _module_file(name: str):
     """``<name>.py`` in this package, else in a catalog directory's ``frameworks/``."""
-    from pathlib import Path
-
-    from dlperf_tasks.core.catalog_path import site_dirs  # lazy: start-up of dlperf extract (settings)
-
     own = Path(__file__).resolve().parent / f"{name}.py"
     if own.is_file():
         return own
@@ -67,10 +60,6 @@ def _discover(name: str) -> Framework | None:
     path = _module_file(name) if _NAME.match(name) else None
     if path is None:
         return None
-    import importlib.util
-    import inspect
-    from pathlib import Path
-
     if path.parent == Path(__file__).resolve().parent:
         module = importlib.import_module(f"{__name__}.{name}")
     else:

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import codecs
+import copy
 import math
 import re
 from itertools import compress, count, repeat
@@ -149,8 +151,6 @@ def read_log(path: str) -> Iterator[str]:
 
 def _utf8_safe(blocks: Iterable[bytes]) -> Iterator[str]:
     """Decode byte blocks without splitting a multi-byte UTF-8 character across blocks."""
-    import codecs
-
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
     for b in blocks:
         yield dec.decode(b)
@@ -250,8 +250,6 @@ class FactCollector:
 
     def snapshot(self) -> LogFacts:
         """A copy of the facts so far (the collector keeps going)."""
-        import copy
-
         snap = copy.copy(self.facts)
         snap.iterations_seen = sorted(self._iters)
         snap.ranks_seen = sorted(self._ranks)

@@ -21,11 +21,12 @@ makes the trial invalid); past ``max_lines`` nothing more is scanned.
 from __future__ import annotations
 
 import codecs
+import itertools
 import math
 import re
 from collections import Counter
 from collections.abc import Iterable
-from operator import sub
+from operator import contains, sub
 
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, MAX_RECORDED, FactCollector, strip_tag
 from dlperf_tasks.core.model import LogFacts, ParsedLog, Sample, Samples
@@ -51,8 +52,22 @@ _DEDUPE_FROM = 32 * 1024
 #: the per-hint scan below cannot find anything and is skipped (~0.1 -> 0.06 ms a PyTorch log)
 _SHAPES_FROM = 8 * 1024
 _DIGITS_TO_0 = bytes.maketrans(b"123456789", b"000000000")
+_DIGITS_TO_0_STR = str.maketrans("123456789", "000000000")
 _HINTS_ASCII = tuple(h.encode("ascii") for h in _CRASH_HINTS)
 assert not any(c.isdigit() or c == "\n" for h in _CRASH_HINTS for c in h), "the shape check needs digit-free hints"
+
+
+def line_shapes(text: str) -> str:
+    """The distinct lines of an ASCII ``text`` with every digit read as ``0``, joined by newlines: a
+    literal without digits or newlines occurs in ``text`` exactly when it occurs in this (tqdm bars
+    and step counters differ only in their digits: a log's many lines come down to a few shapes)."""
+    return "\n".join(set(text.translate(_DIGITS_TO_0_STR).split("\n")))
+
+
+def literals_in(text: str, literals: tuple[str, ...]) -> int:
+    """Bit i set when ``literals[i]`` (no digit, no newline) occurs in the ASCII ``text``."""
+    shapes = line_shapes(text) if len(text) >= _SHAPES_FROM else text
+    return sum(1 << i for i, literal in enumerate(literals) if literal in shapes)
 
 
 def _may_hold_hint(text: str) -> bool:
@@ -61,9 +76,22 @@ def _may_hold_hint(text: str) -> bool:
     return any(map(shapes.__contains__, _HINTS_ASCII))
 
 
-def _twice_on_a_line(field: str) -> re.Pattern:
-    """``field`` and its next occurrence on the same line (``re`` keeps the compiled pattern)."""
-    return re.compile(re.escape(field) + r"[^\n]*?" + re.escape(field))
+def _lines_holding_twice(block: str, field: str) -> list[tuple[int, int]]:
+    """(start, end) of each line of ``block`` that holds ``field`` more than once. One ``split`` and one
+    newline test per occurrence at C speed (the usual answer: none); the lines only when there are some."""
+    pieces = block.split(field)
+    if len(pieces) < 3 or all(map(contains, itertools.islice(pieces, 1, len(pieces) - 1), itertools.repeat("\n"))):
+        return []
+    out: list[tuple[int, int]] = []
+    pos = block.find(field)
+    while pos >= 0:
+        start = block.rfind("\n", 0, pos) + 1
+        end = block.find("\n", pos)
+        end = len(block) if end < 0 else end
+        if block.find(field, pos + len(field), end) >= 0:
+            out.append((start, end))
+        pos = block.find(field, end)
+    return out
 
 
 def long_lines(block: str, limit: int) -> list[tuple[int, int]]:
@@ -116,11 +144,15 @@ def _kv_patterns(names: str) -> tuple[re.Pattern, re.Pattern]:
 _KV = _kv_patterns(_KV_NAME)
 
 
-def kv_args(text: str, keys: tuple[str, ...] | None = None) -> dict[str, str]:
+def kv_pattern(*keys: str) -> tuple[re.Pattern, re.Pattern]:
+    """:func:`kv_args`' patterns for only these keys (a parser makes its own once, at import)."""
+    return _kv_patterns("|".join(re.escape(k).replace("_", "[_-]") for k in keys))
+
+
+def kv_args(text: str, keys: tuple[re.Pattern, re.Pattern] = _KV) -> dict[str, str]:
     """``Namespace(a=1, b='x')`` / ``--a=1 --b x`` -> {"a": "1", "b": "x"} (``=`` forms only).
-    ``keys``: only these (one regex for just them: a Namespace line has dozens of others)."""
-    at_start, after = _KV if keys is None else _kv_patterns(
-        "|".join(re.escape(k).replace("_", "[_-]") for k in keys))
+    ``keys``: a :func:`kv_pattern` for only some keys (a Namespace line has dozens of others)."""
+    at_start, after = keys
     out = {}
     pos = 0
     m = at_start.match(text)
@@ -157,11 +189,6 @@ class LogStream:
     #: set by :meth:`scan` when it already knows which crash hints occur in the text it returns: bit i
     #: for ``_CRASH_HINTS[i]`` (the crash-marker scan of that text then skips its own search)
     rest_hints: int | None = None
-    #: the literals of a step line, the first one its start (empty: none of this). A line that holds
-    #: one of them twice (a step record repeated on one line) or holds the first and is longer than
-    #: :data:`MAX_STEP_LINE` is not given to :meth:`scan` but recorded as an error: a step-line regex
-    #: then meets each field at most once a line, so parsing stays linear in the log's size
-    step_fields: tuple[str, ...] = ()
 
     def __init__(self, max_lines: int | None = None) -> None:
         self.fc = FactCollector()
@@ -256,41 +283,32 @@ class LogStream:
             if at >= 0:
                 self.fc.error(f"line {self.line_no(block, at)}: longer than {MAX_LINE} characters (cap)")
         self.fc.facts.lines += n
-        whole, removed = block, ""
-        if self.step_fields:
-            block, removed = self._drop_odd_step_lines(block)
         try:
             rest = self.scan(block)
         except (ValueError, OverflowError) as exc:  # e.g. a 5,000-digit step number (int()'s digit limit)
             self.fc.error(f"lines {self._lineno + 1}-{self._lineno + n}: unreadable value ({str(exc)[:160]})")
             rest = None
-        if removed:
-            self.rest_hints = None
-            self._crash_scan(whole if rest is None else rest + removed)
-        else:
-            self._crash_scan(block if rest is None else rest)
+        self._crash_scan(block if rest is None else rest)
         self._lineno += n
         if not self.keep_samples:
             self.samples.clear()
 
-    def _drop_odd_step_lines(self, block: str) -> tuple[str, str]:
-        """``block`` with the lines :attr:`step_fields` describes emptied (their newlines kept: line
-        numbers stay), and those lines (for the crash-marker scan). Linear: each search below stops at
-        the field's next occurrence or at the end of its line."""
+    def drop_odd_step_lines(self, block: str, marker: str, field: str) -> tuple[str, str]:
+        """``block`` with each odd step line emptied (its newline kept: line numbers stay) and recorded
+        as an error, and those lines (for the crash-marker scan). Odd: ``marker`` (what a step regex
+        starts at) on a line longer than :data:`MAX_STEP_LINE`, or followed on its line by another
+        ``marker`` or by two ``field`` (what the regex backtracks to): trying each of them is
+        quadratic in the line. The usual block has none, found in one ``split`` per literal."""
         odd: dict[int, tuple[int, str]] = {}  # line start -> (end, why)
-        marker = self.step_fields[0]
         for start, end in long_lines(block, MAX_STEP_LINE):
             if marker in block[start:end]:
                 odd[start] = (end, f"a '{marker.strip()}' line of {end - start} characters (cap {MAX_STEP_LINE})")
-        for field in self.step_fields:
-            twice = _twice_on_a_line(field)
-            m = twice.search(block)
-            while m:
-                start = block.rfind("\n", 0, m.start()) + 1
-                end = block.find("\n", m.end())
-                end = len(block) if end < 0 else end
-                odd.setdefault(start, (end, f"'{field}' more than once on one line"))
-                m = twice.search(block, end)
+        for start, end in _lines_holding_twice(block, marker):
+            odd.setdefault(start, (end, f"'{marker.strip()}' more than once on one line"))
+        for start, end in _lines_holding_twice(block, field):
+            first = block.find(marker, start, end)
+            if first >= 0 and block.count(field, first, end) > 1:
+                odd.setdefault(start, (end, f"'{field}' more than once after '{marker.strip()}'"))
         if not odd:
             return block, ""
         keep, removed, at = [], [], 0

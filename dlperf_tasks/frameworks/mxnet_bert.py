@@ -45,7 +45,7 @@ from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2, strip_tag
-from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
+from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args, kv_pattern
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 from dlperf_tasks.core.samples import LazyFloats
@@ -258,12 +258,13 @@ class MxnetBertStream(LogStream):
     """gluon-nlp ``run_pretraining.py`` log: ``[step N]`` lines of every rank, the Namespace line."""
 
     _last_loss: float | None = None  # mlm + nsp of the last step line that has both
-    step_fields = ("[step ", "throughput=", "latency=", "mlm_loss=", "nsp_loss=")
 
     def scan(self, block: str) -> str | None:
         scan = _native.mxbert_scan
-        cols = scan(block) if scan is not None else None  # None: not ASCII, an odd value
-        if cols is None:
+        cols = scan(block) if scan is not None else None  # None: not ASCII, an odd value or line
+        removed = ""
+        if cols is None:  # the regexes below read the block: never an odd step line (linear time)
+            block, removed = self.drop_odd_step_lines(block, "[step ", "latency=")
             parts = _BULK.split(block)  # first: the checks below then read only the text between step lines
             rest = "".join(parts[0::5]) if len(parts) > 1 else block
         else:
@@ -284,7 +285,7 @@ class MxnetBertStream(LogStream):
             hits = self._each(block, tagged)
             if hits != block.count("throughput="):
                 self._slow(block, {m.start() for m in _FAST.finditer(block)})
-        return out
+        return out + removed if out is not None and removed else out
 
     def _bulk(self, parts: list[str], rest: str) -> str | None:
         """Untagged block, every value well-formed: one ``re.split`` (:data:`_BULK`) gave the columns
@@ -396,8 +397,7 @@ class MxnetBertStream(LogStream):
     def _namespace(self, line: str) -> None:
         if self.fc.facts.args_source:  # every rank prints it: the first one is enough
             return
-        keep = kv_args(line[line.index("Namespace("):], ("total_batch_size", "accumulate", "log_interval", "num_steps",
-                                                          "dtype", "no_compute_acc"))
+        keep = kv_args(line[line.index("Namespace("):], _NAMESPACE_KEYS)
         f = self.fc.facts
         if "total_batch_size" not in keep:
             return
@@ -426,5 +426,7 @@ _FAST = re.compile(r"\[step (\d++)\]\s*+mlm_loss=\s*+(\S++)\s++nsp_loss=\s*+(\S+
 _BULK = re.compile(r"\[step ([0-9]++)\]\s*+mlm_loss=\s*+(" + _PLAIN + r")\s++nsp_loss=\s*+(" + _PLAIN + r")\s++"
                    r"throughput=[^\n]*latency=\s*+(\S+)\s*ms/batch")
 
+
+_NAMESPACE_KEYS = kv_pattern("total_batch_size", "accumulate", "log_interval", "num_steps", "dtype", "no_compute_acc")
 
 MxnetBert.Stream = MxnetBertStream

@@ -7,13 +7,14 @@ C compiler) takes the pure-Python path, which is the reference: same results.
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import operator
 import re
 
 from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, clock_seconds
-from dlperf_tasks.frameworks._stream import LogStream, as_float, as_int, kv_args
+from dlperf_tasks.frameworks._stream import LogStream, as_float, as_int, kv_args, kv_pattern, literals_in
 from dlperf_tasks.core.model import Sample
 
 #: DLPerf skips steps 1..SKIP_STEPS
@@ -53,7 +54,7 @@ class PytorchBertStream(LogStream):
         fast = scan(block) if scan is not None and not self._ordinal else None
         # the rest (the block less the step lines) for PyTorch's literals and the crash hints: the
         # removed step lines hold none of them, and a literal across a removed line only costs a look
-        found = _which(fast[0], _SCAN_LITERALS) if fast is not None and fast[0].isascii() else None
+        found = literals_in(fast[0], _SCAN_LITERALS) if fast is not None and fast[0].isascii() else None
         if found is None or (fast[2] and (found & 1 or (
                 self._last_step is not None and fast[2][0] <= self._last_step))):
             fast = None  # ordinal numbering, or a repeated/backward step across blocks: the Python path
@@ -197,9 +198,7 @@ class PytorchBertStream(LogStream):
             if self._banners == 2:
                 self.fc.error("a second 'PARAMETER Config' start-up banner: a restarted or concatenated log "
                               "(rerun the trial)")
-            args = kv_args(line[line.index("Namespace("):], ("train_batch_size", "gradient_accumulation_steps",
-                                                              "log_freq", "max_steps", "bert_model", "config_file",
-                                                              "fp16", "amp"))
+            args = kv_args(line[line.index("Namespace("):], _CONFIG_KEYS)
             keep = dict(args)
             f.args.update(keep)
             f.args_source = "DLE PARAMETER Config line"
@@ -226,9 +225,8 @@ _LITERALS = ("skipped_steps : ", "PARAMETER", "training_sequences_per_second", "
 _SCAN_LITERALS = _LITERALS + _CRASH_HINTS
 
 
-def _which(text: str, literals: tuple[str, ...]) -> int:
-    """Bit i set when ``literals[i]`` occurs in ``text``."""
-    return sum(1 << i for i, literal in enumerate(literals) if literal in text)
+_CONFIG_KEYS = kv_pattern("train_batch_size", "gradient_accumulation_steps", "log_freq", "max_steps", "bert_model",
+                          "config_file", "fp16", "amp")
 _DLL_FAST = re.compile(
     r"DLL (\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2}(?:\.\d{1,6})?+) - "
     r"Training Epoch: (\d+) Training Iteration: (\d+)\b[ \t]*(?:(average_loss|final_loss|step_loss) : (\S+))?")
@@ -247,7 +245,5 @@ def _day_seconds(y: str, mo: str, d: str) -> float:
     """Seconds since the epoch at 00:00 UTC of the date (cached per date string triple)."""
     v = _DAYS.get((y, mo, d))
     if v is None:
-        import datetime as _dt  # the pure-Python path only (_cdll dates the bulk case)
-
         v = _DAYS[(y, mo, d)] = float(_dt.datetime(int(y), int(mo), int(d), tzinfo=_dt.timezone.utc).timestamp())
     return v

@@ -20,17 +20,17 @@ Use :func:`extract_tree` for a tree on disk (``dlperf extract``, the sweep, Airf
 
 from __future__ import annotations
 
-import gc
+import json
 import os
 import sys
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TextIO
 
 from dlperf_tasks import frameworks
 from dlperf_tasks.core.errors import ExtractError
-from dlperf_tasks.core.pathtext import exists, path_text
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.measure.lognames import (LOOKED_FOR, MEGATRON_FILE_RE, TOPO_DIR_RE, TRIAL_FILE_RE, LogFile,  # noqa: F401
                                    TrialFiles, discover, is_megatron_style, topology_from_path)
@@ -86,8 +86,6 @@ def extract_run_id(suite_id: str, window: Window, trials: Iterable[TrialResult])
     trial's id, status, speed, timestamps and log file names), so two different archives of one
     suite get two ids (publishing the second never replaces the first) while extracting the same
     logs again gives the same id (re-publishing it stays idempotent)."""
-    import json
-
     from dlperf_tasks.core.digest import sha256_hex  # lazy: start-up (no OpenSSL for one digest)
 
     rows = []
@@ -213,8 +211,6 @@ def gate_run_logs(trial: Trial, run_dir: str | os.PathLike, window: Window | Non
     ``plausible_max_per_gpu``: the suite's bound (``suite.extra``; None = the framework's default).
     """
     fw = frameworks.get(trial.cell.framework)
-    from pathlib import Path
-
     root = Path(run_dir)
     logs = {}
     for node in range(trial.cell.topology.nodes):
@@ -242,12 +238,11 @@ def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int |
     callable) gets a line every few seconds on large trees. Raises :class:`ExtractError`
     when the tree holds no log that fits the naming.
     """
-    root = path_text(log_dir)  # str(Path(log_dir)), as the messages and the result's log_dir show it
-    if not exists(root):
+    root = str(Path(log_dir))  # as the messages and the result's log_dir show it
+    if not os.path.exists(root):
         raise ExtractError(f"log directory {root} does not exist")
     window = window or suite.window
     fw = frameworks.get(suite.framework)
-    gc_was_on = False
     source = LogTree(root)
     bound = (getattr(suite, "extra", None) or {}).get("plausible_max_per_gpu")
     try:
@@ -264,8 +259,6 @@ def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int |
         emit = _progress_fn(progress)
         results: list[TrialResult] = []
         last = start = time.monotonic()
-        gc_was_on = gc.isenabled()
-        gc.disable()  # millions of acyclic Samples: generational GC passes cost ~10 % and free nothing
         refs: dict[int, Any] = {}
         drop = sample_sink is not None or not keep_samples
         for i, tf in enumerate(found, 1):
@@ -281,8 +274,6 @@ def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int |
                 last = now
     finally:
         source.close()
-        if gc_was_on:
-            gc.enable()
     return ExtractResult(suite=suite, log_dir=root, window=window, trials=results,
                          cells=aggregate(results), skipped=skipped, files_seen=seen,
                          samples_kept=not drop, sample_refs=refs)

@@ -12,7 +12,7 @@ import pytest
 
 from dlperf_tasks.measure import logtree
 from dlperf_tasks.frameworks import _lines
-from dlperf_tasks.frameworks._stream import LogStream, kv_args
+from dlperf_tasks.frameworks._stream import LogStream, kv_args, kv_pattern, literals_in
 
 
 def _buffered_blocks(path: str, size: int) -> list[bytes]:
@@ -57,8 +57,9 @@ def test_kv_args_matches_the_single_pattern():
     for _ in range(20000):
         text = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 12)))
         for keys in (None, ("batch_size", "dtype"), ("total_batch_size",)):
-            assert kv_args(text, keys) == _kv_reference(text, keys), (text, keys)
-    assert kv_args("batch_size=3, (dtype='f16')", ("batch_size", "dtype")) == {"batch_size": "3", "dtype": "f16"}
+            got = kv_args(text) if keys is None else kv_args(text, kv_pattern(*keys))
+            assert got == _kv_reference(text, keys), (text, keys)
+    assert kv_args("batch_size=3, (dtype='f16')", kv_pattern("batch_size", "dtype")) == {"batch_size": "3", "dtype": "f16"}
 
 
 class _Plain(LogStream):
@@ -168,3 +169,16 @@ def test_sample_bounds_skip_only_units_they_never_bound():
     assert sample_bound_problems(s, 8, 100.0, MetricKind.LATENCY) == []
     s.add_columns([3], [1e-300], "ms/iter")
     assert "below the plausible floor" in sample_bound_problems(s, 8, 100.0, MetricKind.LATENCY)[0]
+
+
+def test_literals_in_reads_the_line_shapes_as_the_text():
+    """``literals_in`` looks in the distinct digit-less line shapes of a long text: the same bits as ``in``."""
+    from dlperf_tasks.frameworks import pytorch_bert_stream as pb
+
+    rng = random.Random(9)
+    pieces = ["Iteration: 12\n", "  3%|#  | 41/1000\n", "PARAMETER", "Traceback", "torchrun ", "7", "\n",
+              "CUDA out of memory", "x" * 50, "skipped_steps : 3\n", "a0b"]
+    for _ in range(300):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 600)))
+        want = sum(1 << i for i, lit in enumerate(pb._SCAN_LITERALS) if lit in text)
+        assert literals_in(text, pb._SCAN_LITERALS) == want
