@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import re
 from pathlib import Path
 
@@ -66,8 +65,8 @@ def _discover(name: str) -> Framework | None:
         spec = importlib.util.spec_from_file_location(f"dlperf_site_frameworks.{name}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    found = [c for _, c in inspect.getmembers(module, inspect.isclass)
-             if issubclass(c, Framework) and c is not Framework and getattr(c, "name", "") == name]
+    found = [c for _, c in sorted(vars(module).items())
+             if isinstance(c, type) and issubclass(c, Framework) and c is not Framework and getattr(c, "name", "") == name]
     return found[0]() if found else None
 
 

@@ -1,7 +1,8 @@
 """The one seam to the compiled step-line scanners (``_cdll.c``, ``_cmxbert.c``; setup.py builds them).
 
-``dll_scan`` (PyTorch BERT's DLL step lines) and ``mxbert_scan`` (gluon-nlp's ``[step N]`` lines) are
-the compiled ``scan`` functions, or None: not built (no C compiler), failed to load, or turned off with
+``dll_scan`` (PyTorch BERT's DLL step lines), ``mxbert_scan`` (gluon-nlp's ``[step N]`` lines) and
+``literals`` (which of a tuple of literals occur in a text: PyTorch's literals and the crash hints, one
+pass) are the compiled functions, or None: not built (no C compiler), failed to load, or turned off with
 ``DLPERF_PURE_PYTHON=1``. A parser that gets None reads the same lines in Python, with the same results
 (tests/unit/test_cdll_parity.py, test_cmxbert.py). :func:`status` says which are in use;
 ``dlperf --version`` and ``make install`` print it, so a missing build is never silent.
@@ -22,7 +23,7 @@ MODULES = ("_cdll", "_cmxbert")
 problems: dict[str, str] = {}
 
 
-def _load(name: str) -> Callable | None:
+def _load(name: str, function: str = "scan") -> Callable | None:
     try:
         if env_value("pure_python"):
             problems[name] = f"{PURE_ENV} is set"
@@ -31,7 +32,7 @@ def _load(name: str) -> Callable | None:
         problems[name] = str(exc)
         return None
     try:
-        return importlib.import_module(f"dlperf_tasks.frameworks.{name}").scan
+        return getattr(importlib.import_module(f"dlperf_tasks.frameworks.{name}"), function)
     except (ImportError, AttributeError) as exc:
         problems[name] = f"not built or not loadable ({exc}); run `make build-ext`"
         return None
@@ -39,6 +40,7 @@ def _load(name: str) -> Callable | None:
 
 dll_scan = _load("_cdll")
 mxbert_scan = _load("_cmxbert")
+literals = _load("_cdll", "which")
 
 
 def status() -> str:

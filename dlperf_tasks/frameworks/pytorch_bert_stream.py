@@ -54,7 +54,8 @@ class PytorchBertStream(LogStream):
         fast = scan(block) if scan is not None and not self._ordinal else None
         # the rest (the block less the step lines) for PyTorch's literals and the crash hints: the
         # removed step lines hold none of them, and a literal across a removed line only costs a look
-        found = literals_in(fast[0], _SCAN_LITERALS) if fast is not None and fast[0].isascii() else None
+        which = _native.literals or literals_in
+        found = which(fast[0], _SCAN_LITERALS) if fast is not None and fast[0].isascii() else None
         if found is None or (fast[2] and (found & 1 or (
                 self._last_step is not None and fast[2][0] <= self._last_step))):
             fast = None  # ordinal numbering, or a repeated/backward step across blocks: the Python path

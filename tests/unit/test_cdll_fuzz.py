@@ -9,6 +9,7 @@ import random
 import re
 from pathlib import Path
 
+import pytest
 
 from dlperf_tasks.frameworks import _cdll, _native  # an ImportError fails: `make install` builds it
 from dlperf_tasks.frameworks import _stream
@@ -121,3 +122,21 @@ def _needs_python(block: str) -> bool:
     steps = [int(r[7]) for r in rows]
     return any(b <= a for a, b in zip(steps, steps[1:])) or any(
         not -1e308 < float(r[9]) < 1e308 or len(r[9]) > 64 for r in rows)
+
+
+def test_which_like_in_on_random_literals_and_texts():
+    """``_cdll.which`` (the one-pass literal search) gives the bits ``literal in text`` gives."""
+    rng = random.Random(11 + SEED)
+    alphabet = "abcxyzKQ_ \n0"
+    for _ in range(CASES * 5):
+        lits = tuple("".join(rng.choice(alphabet) for _ in range(rng.randint(2, 6))) for _ in range(rng.randint(0, 8)))
+        for _ in range(3):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+            want = sum(1 << i for i, lit in enumerate(lits) if lit in text)
+            assert _cdll.which(text, lits) == want, (repr(text), lits)
+    lits = tuple(chr(65 + i) * 2 for i in range(63))
+    assert _cdll.which("AAZZ", lits) == 1 | 1 << 25 and _cdll.which("", lits) == 0
+    assert _cdll.which("\u00e9 Traceback", ("Traceback",)) is None
+    assert _native.literals is _cdll.which
+    with pytest.raises(ValueError):
+        _cdll.which("x", ("a",))
