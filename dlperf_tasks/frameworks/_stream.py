@@ -202,6 +202,7 @@ class LogStream:
         self._capped = False
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._lineno = 0  # lines completed before the current block
+        self._counted: tuple[str | None, int, int] = (None, 0, 0)  # line_no's last (block, position, newlines)
 
     # ------------------------------------------------------------ feeding
     def feed(self, chunk: str | bytes | bytearray) -> None:
@@ -349,8 +350,15 @@ class LogStream:
 
     # ------------------------------------------------------------ helpers for scan()
     def line_no(self, block: str, pos: int) -> int:
-        """1-based number of the line holding ``block[pos]`` (for error messages)."""
-        return self._lineno + block.count("\n", 0, pos) + 1
+        """1-based number of the line holding ``block[pos]`` (for error messages). Counted on from the
+        last call's position when it is in the same block and not past ``pos``: a block's bad lines,
+        asked for in order, cost one pass over the block, not one each."""
+        seen, at, count = self._counted
+        if seen is not block or pos < at:
+            at = count = 0
+        count += block.count("\n", at, pos)
+        self._counted = (block, pos, count)
+        return self._lineno + count + 1
 
     @staticmethod
     def line_at(block: str, pos: int) -> tuple[int, str]:

@@ -20,6 +20,8 @@ HOSTILE = {
     "repeated record": "\n".join([RECORD * (128 * 1024 // len(RECORD))] * 4) + "\n",
     # one '[step' then 64 KiB of 'latency=': each 'latency=' used to be tried against the rest of the line
     "repeated field": "[step 1] mlm_loss=1 nsp_loss=1 throughput=" + "latency=" * (64 * 1024 // 8) + "\n",
+    # short step lines, each unreadable: their line numbers are counted once per block, not once per line
+    "short bad lines": (RECORD + "x" * 200 + "\n") * (2 * 1024 * 1024 // 256),
     # short lines (under the cap) that repeat the field: linear too, not only capped
     "short repeats": ("[step 1] mlm_loss=1 nsp_loss=1 throughput=" + "latency=" * 200 + "\n") * 400,
 }
@@ -37,8 +39,8 @@ def test_hostile_step_lines_take_milliseconds_and_are_named(monkeypatch, name, c
     cpu = time.process_time() - t0
     assert cpu < 1.0, f"{name}: {cpu:.2f} CPU-s for {len(HOSTILE[name]) >> 10} KiB (quadratic?)"
     assert list(parsed.samples.iteration) == [2, 3]  # the good lines around it are still read
-    assert parsed.facts.errors and all("not read as a step line" in e for e in parsed.facts.errors)
-    assert parsed.facts.errors[0].startswith("line 2: ")
+    first = parsed.facts.errors[0] if parsed.facts.errors else ""
+    assert first.startswith("line 2: ") and ("not read as a step line" in first or "'latency='" in first), first
 
 
 def test_a_real_step_line_is_far_under_the_cap():
