@@ -25,8 +25,7 @@ from dlperf_tasks.core.errors import CatalogError
 #: load imports no yamlsrc
 MAX_BYTES = 256 * 1024
 
-#: the built-in suites' directory as text (``BUILTIN_DIR`` is its Path: made on first use, so that
-#: loading a built-in suite by id imports no pathlib, start-up of dlperf extract)
+#: the built-in suites' directory as text (``BUILTIN_DIR`` is its Path)
 _BUILTIN = os.path.join(os.path.dirname(os.path.realpath(__file__)), "suites")
 _SUFFIXES = (".yaml", ".yml")
 

@@ -35,7 +35,6 @@ _NEWLINES = re.compile(r"\r\n|\r|\n")
 _TAG = re.compile(r"^\[(\d+),(\d+)\]<(?:stdout|stderr|stddiag)>:")
 
 # (marker name reported in LogFacts.crash_markers, regex searched in each line)
-#: (each compiled on first use: a log without a crash hint never needs one)
 CRASH_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("Traceback", re.compile(r"Traceback \(most recent call last\)")),
     ("CUDA out of memory", re.compile(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),

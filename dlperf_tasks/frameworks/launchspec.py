@@ -1,6 +1,5 @@
 """What a framework's ``launch`` returns, and what it is told about the nodes: :class:`NodeSpec`
-and :class:`LaunchSpec` (re-exported by :mod:`dlperf_tasks.frameworks.base`). Apart from base.py:
-dlperf extract, which launches nothing, never builds them (~1 ms of its start-up with shlex)."""
+and :class:`LaunchSpec` (framework modules import them from :mod:`dlperf_tasks.frameworks.base`)."""
 
 from __future__ import annotations
 

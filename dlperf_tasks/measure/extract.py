@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TextIO
 
 from dlperf_tasks import frameworks
+from dlperf_tasks.core.digest import sha256_hex
 from dlperf_tasks.core.errors import ExtractError
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.measure.lognames import (LOOKED_FOR, MEGATRON_FILE_RE, TOPO_DIR_RE, TRIAL_FILE_RE, LogFile,  # noqa: F401
@@ -86,8 +87,6 @@ def extract_run_id(suite_id: str, window: Window, trials: Iterable[TrialResult])
     trial's id, status, speed, timestamps and log file names), so two different archives of one
     suite get two ids (publishing the second never replaces the first) while extracting the same
     logs again gives the same id (re-publishing it stays idempotent)."""
-    from dlperf_tasks.core.digest import sha256_hex  # lazy: start-up (no OpenSSL for one digest)
-
     rows = []
     for t in sorted(trials, key=lambda t: t.trial.id):
         m = t.metric

@@ -30,8 +30,7 @@ BLOCK = 1 << 20
 
 
 def archive_errors() -> tuple[type[BaseException], ...]:
-    """What a truncated/corrupt .tar(.gz|.bz2|.xz) raises while it is read (tarfile, zlib and lzma
-    are imported only for an archive: start-up of ``dlperf extract`` on a directory)."""
+    """What a truncated/corrupt .tar(.gz|.bz2|.xz) raises while it is read."""
     return (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError)
 
 
