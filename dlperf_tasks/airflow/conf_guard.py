@@ -82,28 +82,17 @@ class ConfGuard:
             await self._refused(dag_id, scope)
             return None
 
-        async def replay():
-            return messages.pop(0) if messages else await receive()
-
-        status = []
-
-        async def watch(msg):
-            if msg["type"] == "http.response.start":
-                status.append(msg["status"])
-            await send(msg)
-
-        await self.app(scope, replay, watch)
-        if status and 400 <= status[0] < 500:  # Airflow's own refusal (a param's schema)
+        status = await self._forward(scope, messages, receive, send)
+        if status is not None and 400 <= status < 500:  # Airflow's own refusal (a param's schema)
             await self._refused(dag_id, scope)
         return None
 
-    async def _patch(self, dag_id: str, scope, receive, send):
-        messages, body, _ = await _read(receive)
+    async def _forward(self, scope, messages: list, receive, send) -> int | None:
+        """Pass the request (its ``messages`` already read) to the app; the status it answered."""
+        status = []
 
         async def replay():
             return messages.pop(0) if messages else await receive()
-
-        status = []
 
         async def watch(msg):
             if msg["type"] == "http.response.start":
@@ -111,7 +100,11 @@ class ConfGuard:
             await send(msg)
 
         await self.app(scope, replay, watch)
-        if status and status[0] == 200 and _unpauses(body):
+        return status[0] if status else None
+
+    async def _patch(self, dag_id: str, scope, receive, send):
+        messages, body, _ = await _read(receive)
+        if await self._forward(scope, messages, receive, send) == 200 and _unpauses(body):
             now = time.monotonic()
             self.unpaused[dag_id] = now
             if now - self.refused.get(dag_id, -PAIR_S) < PAIR_S:  # the trigger's answer came first
