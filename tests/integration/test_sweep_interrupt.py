@@ -164,3 +164,29 @@ def test_a_stop_from_outside_stops_every_helper(stubborn, monkeypatch):
     assert running(trial_pids) == []
     runner.join(timeout=60)
     assert not runner.is_alive() and not box["r"].valid
+
+
+def test_the_sweeps_own_failure_while_a_trial_runs_stops_every_helper(stubborn, monkeypatch):
+    """An error in the driver while the trial runs (here: the watchdog itself fails once the
+    trial's processes run) propagates after everything the trial started is stopped."""
+    from dlperf_tasks.catalog import load_suite
+    from dlperf_tasks.catalog.plan import plan
+    from dlperf_tasks.frameworks import _CACHE, get
+    from dlperf_tasks.remote import local
+
+    env, pids, tmp_path = stubborn
+    for k in ("DLPERF_CATALOG_PATH", "STUBBORN_PIDS"):
+        monkeypatch.setenv(k, env[k])
+    _CACHE.pop("stubborn_fw", None)
+    suite = load_suite("stubborn")
+    (pt,) = plan(suite).trials
+    seen: list[int] = []
+
+    def broken_watch(*args, **kw):
+        seen.extend(started(pids))
+        raise RuntimeError("the driver broke")
+
+    monkeypatch.setattr(local, "_watch", broken_watch)
+    with pytest.raises(RuntimeError, match="the driver broke"):
+        local.run_trial(pt.trial, get(suite.framework), suite.launcher, tmp_path / "run")
+    assert len(seen) == 2 and running(seen) == []
