@@ -29,10 +29,14 @@ FRAMEWORK = TOY_FRAMEWORK.replace('"toy_fw"', '"stubborn_fw"').replace("toy_trai
 TRAINER = '''
 import os, signal, subprocess, sys, time
 rank = "0"  # one node per trial
-helper = subprocess.Popen([sys.executable, "-c",
-                           "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
-                          start_new_session=True)
 pids = os.environ["STUBBORN_PIDS"]
+ready = os.path.join(pids, rank + ".ready")
+helper = subprocess.Popen([sys.executable, "-c",
+                           "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                           "open(sys.argv[1], 'w').close(); time.sleep(600)", ready],
+                          start_new_session=True)
+while not os.path.exists(ready):  # the helper ignores SIGTERM from here on
+    time.sleep(0.01)
 with open(os.path.join(pids, rank + ".tmp"), "w") as fh:
     fh.write(f"{os.getpid()} {helper.pid}")
 os.replace(os.path.join(pids, rank + ".tmp"), os.path.join(pids, rank))
@@ -86,7 +90,7 @@ def started(pids: Path, proc: subprocess.Popen | None = None, n: int = 1, timeou
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"the sweep ended before its trial started: {proc.stdout.read()}")
-        names = [p for p in pids.iterdir() if not p.name.endswith(".tmp")]
+        names = [p for p in pids.iterdir() if not p.name.endswith((".tmp", ".ready"))]
         if len(names) >= n:
             return [int(x) for p in names for x in p.read_text().split()]
         time.sleep(0.05)
@@ -110,6 +114,21 @@ def sweep(env, tmp_path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "dlperf_tasks", "sweep", "--suite", "stubborn", "--cluster",
                              "local", "--out", str(tmp_path / "out"), "--retries", "0"],
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def in_process(stubborn, monkeypatch):
+    """The stubborn suite's one trial, for local.run_trial in this process."""
+    from dlperf_tasks.catalog import load_suite
+    from dlperf_tasks.catalog.plan import plan
+    from dlperf_tasks.frameworks import _CACHE, get
+
+    env, pids, tmp_path = stubborn
+    for k in ("DLPERF_CATALOG_PATH", "STUBBORN_PIDS"):
+        monkeypatch.setenv(k, env[k])
+    _CACHE.pop("stubborn_fw", None)
+    suite = load_suite("stubborn")
+    (pt,) = plan(suite).trials
+    return suite, get(suite.framework), pt, pids, tmp_path
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -144,23 +163,15 @@ def test_a_failed_node_leaves_no_helper_behind(stubborn):
 
 def test_a_stop_from_outside_stops_every_helper(stubborn, monkeypatch):
     """What a killed Airflow task does (engine.trials.stop_trial -> local.stop), from another thread."""
-    from dlperf_tasks.catalog import load_suite
-    from dlperf_tasks.catalog.plan import plan
-    from dlperf_tasks.frameworks import _CACHE, get
     from dlperf_tasks.remote import local
 
-    env, pids, tmp_path = stubborn
-    for k in ("DLPERF_CATALOG_PATH", "STUBBORN_PIDS"):
-        monkeypatch.setenv(k, env[k])
-    _CACHE.pop("stubborn_fw", None)
-    suite = load_suite("stubborn")
-    (pt,) = plan(suite).trials
+    suite, fw, pt, pids, tmp_path = in_process(stubborn, monkeypatch)
     box: dict = {}
     runner = threading.Thread(target=lambda: box.setdefault("r", local.run_trial(
-        pt.trial, get(suite.framework), suite.launcher, tmp_path / "run")))
+        pt.trial, fw, suite.launcher, tmp_path / "run")))
     runner.start()
     trial_pids = started(pids)
-    assert local.stop(pt.trial.key) == 1
+    assert local.stop(pt.trial.key, grace_s=1.0) == 1
     assert running(trial_pids) == []
     runner.join(timeout=60)
     assert not runner.is_alive() and not box["r"].valid
@@ -169,17 +180,9 @@ def test_a_stop_from_outside_stops_every_helper(stubborn, monkeypatch):
 def test_the_sweeps_own_failure_while_a_trial_runs_stops_every_helper(stubborn, monkeypatch):
     """An error in the driver while the trial runs (here: the watchdog itself fails once the
     trial's processes run) propagates after everything the trial started is stopped."""
-    from dlperf_tasks.catalog import load_suite
-    from dlperf_tasks.catalog.plan import plan
-    from dlperf_tasks.frameworks import _CACHE, get
     from dlperf_tasks.remote import local
 
-    env, pids, tmp_path = stubborn
-    for k in ("DLPERF_CATALOG_PATH", "STUBBORN_PIDS"):
-        monkeypatch.setenv(k, env[k])
-    _CACHE.pop("stubborn_fw", None)
-    suite = load_suite("stubborn")
-    (pt,) = plan(suite).trials
+    suite, fw, pt, pids, tmp_path = in_process(stubborn, monkeypatch)
     seen: list[int] = []
 
     def broken_watch(*args, **kw):
@@ -188,5 +191,5 @@ def test_the_sweeps_own_failure_while_a_trial_runs_stops_every_helper(stubborn, 
 
     monkeypatch.setattr(local, "_watch", broken_watch)
     with pytest.raises(RuntimeError, match="the driver broke"):
-        local.run_trial(pt.trial, get(suite.framework), suite.launcher, tmp_path / "run")
+        local.run_trial(pt.trial, fw, suite.launcher, tmp_path / "run")
     assert len(seen) == 2 and running(seen) == []
