@@ -126,6 +126,7 @@ def test_the_tested_blocks_name_the_venv_and_make_shell_puts_dlperf_on_the_path(
         for line in next(b for t, b in _blocks(_readme(), mark) if t):
             assert not re.match(r"^([A-Z_]+=\S+ )*dlperf ", line), line
     env = _new_shell_env(tmp_path)
-    p = subprocess.run(["make", "-s", "shell"], cwd=ROOT, env=env, input="command -v dlperf\nexit\n",
+    # -o install: the venv as it is (a unit test never reinstalls)
+    p = subprocess.run(["make", "-s", "-o", "install", "shell"], cwd=ROOT, env=env, input="command -v dlperf\nexit\n",
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and str(ROOT / ".venv" / "bin" / "dlperf") in p.stdout, p.stdout + p.stderr
