@@ -29,9 +29,10 @@ from typing import Any, Callable, Mapping
 from dlperf_tasks.frameworks.base import Framework, NodeSpec
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.measure.extract import gate_run_logs
+from dlperf_tasks.remote.dockercmd import TRIAL_MARK_ENV
 
 LOCAL_MAX_PROCS = 8  # "GPUs" per node on the local cluster = worker processes on this machine
-MARK_ENV = "DLPERF_TRIAL_MARK"  # inherited by every process a trial starts, whatever its session
+MARK_ENV = TRIAL_MARK_ENV  # inherited by every process a trial starts, whatever its session
 _RUNNING: dict[str, list[subprocess.Popen]] = {}
 _MARKS: dict[str, str] = {}
 _LOCK = threading.Lock()

@@ -7,6 +7,7 @@ Every place that turns settings into a :class:`~dlperf_tasks.store.store.Store` 
 
 from __future__ import annotations
 
+from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store.store import Store
 
 
@@ -21,8 +22,6 @@ def require_store(store: Store) -> Store:
     """``store`` when its location holds a store (anything published or staged there); else a
     one-line StoreError naming the location: a mistyped ``--store`` or ``$DLPERF_STORE_URL`` is an
     error for a reader, not an empty listing. Writers create the store and do not call this."""
-    from dlperf_tasks.core.errors import StoreError
-
     root = getattr(store.backend, "root", None)
     if root is not None and not root.is_dir():
         what = "is not a directory" if root.exists() else "does not exist"
