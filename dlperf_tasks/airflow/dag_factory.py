@@ -95,13 +95,31 @@ def dag_description(name: str, suites: list, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def _doc(name: str, suites: list) -> str:
+def schedule_note(name: str, suites: list, cfg) -> str:
+    """What the DAG page says about its schedule (armed or not, and how to change it)."""
+    cron = cfg.schedule(name, suites)
+    if cron:
+        return (f"**Schedule:** `{cron}` (UTC) while the DAG is unpaused "
+                f"(`[dlperf] nightly` / `schedule_{name}`).")
+    try:
+        nightly = cfg.catalog_schedule(name, suites)
+    except settings_mod.SettingsError:
+        nightly = None
+    how = (f"`[dlperf] nightly = true` in airflow.cfg arms its nightly cron `{nightly}` (UTC)" if nightly
+           else f"`[dlperf] schedule_{name} = <cron>` gives it one")
+    return (f"**Schedule: none, manual triggers only** in this deployment: unpausing it starts nothing "
+            f"by itself (the trigger form's Unpause box unpauses even when Airflow refuses the conf). {how}.")
+
+
+def _doc(name: str, suites: list, cfg=None) -> str:
     lines = [f"# dlperf {name}", "", "Benchmarks the DLPerf way: plan -> prepare -> trials -> collect -> "
              "aggregate -> report -> publish, cleanup always runs.", "", "| suite | model | description |",
              "| --- | --- | --- |"]
     for s in suites:
         lines.append(f"| `{s.id}` | {s.model} | {' '.join(s.description.split())} |")
     lines += ["", "Trigger with the form (or a conf); empty fields mean the suite's defaults."]
+    if cfg is not None:
+        lines += ["", schedule_note(name, suites, cfg)]
     return "\n".join(lines)
 
 
@@ -187,7 +205,7 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
         max_active_runs=1,
         tags=["dlperf", name],
         params=form.dag_params(suite_ids, cfg.policy),
-        doc_md=_doc(name, suites),
+        doc_md=_doc(name, suites, cfg),
         # failures reach people through Airflow's notifier interface (the dlperf webhook when
         # DLPERF_NOTIFY_URL is set; Slack/e-mail/Apprise notifiers plug in the same way)
         default_args={"owner": "dlperf", "retries": 0,

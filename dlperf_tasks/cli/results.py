@@ -147,10 +147,11 @@ def register(subparsers) -> None:
 def _store(args):
     """The store of ``--store`` or the settings; says which on stderr (one line)."""
     from dlperf_tasks.history.source import open_store, store_settings
+    from dlperf_tasks.store.opener import require_store
 
     s = store_settings(args.store)
     print(s.describe_store(), file=sys.stderr)
-    return open_store(settings=s)
+    return require_store(open_store(settings=s))
 
 
 def _print(text: str) -> None:

@@ -7,6 +7,7 @@ the planned trials (:class:`~dlperf_tasks.engine.runset.TrialItem`, what running
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -54,22 +55,40 @@ def load_cluster(settings):
     return hook(cluster) if hook and cluster is not None else cluster
 
 
-def check_fits(topologies, settings, cluster=None) -> None:
+def local_cores() -> int:
+    """The cores this process may run on (its CPU affinity), the local runtime's ceiling of ranks."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_fits(topologies, settings, cluster=None, what: str = "invalid run parameter topologies") -> None:
     """Every topology must fit the configured cluster (checked before any node is touched; the
-    inventory's counts only: no credential is looked up for it)."""
+    inventory's counts only: no credential is looked up for it). The local runtime runs every rank
+    as a process on this machine: no more ranks than it has cores. One check for the DAG's plan
+    step, ``dlperf sweep`` and its ``--dry-run``; ``what`` starts the one-line refusal."""
+    cores = 0
     if settings.is_local:
+        cluster = None
         have_nodes, have_gpus, where = 1, LOCAL_MAX_PROCS, "the local cluster (this machine)"
+        cores = local_cores()
     else:
         cluster = cluster or load_inventory(settings)
         have_nodes, have_gpus = len(cluster.nodes), max(n.gpus for n in cluster.nodes)
         where = f"cluster {getattr(cluster, 'name', settings.cluster)}"
     for topo in topologies:
         if topo.nodes > have_nodes:
-            raise NonRetriable(f"invalid run parameter topologies: {topo.name} needs {topo.nodes} nodes; "
-                               f"{where} has {have_nodes}")
+            raise NonRetriable(f"{what}: {topo.name} needs {topo.nodes} nodes; {where} has {have_nodes}")
         if topo.gpus_per_node > have_gpus:
-            raise NonRetriable(f"invalid run parameter topologies: {topo.name} needs {topo.gpus_per_node} "
+            raise NonRetriable(f"{what}: {topo.name} needs {topo.gpus_per_node} "
                                f"GPUs per node; {where} has at most {have_gpus}")
+        if cluster is not None and topo.nodes > (fit := sum(n.gpus >= topo.gpus_per_node for n in cluster.nodes)):
+            raise NonRetriable(f"{what}: {topo.name} needs {topo.nodes} nodes with {topo.gpus_per_node} GPUs; "
+                               f"{where} has {fit} such node(s)")
+        if cores and topo.nodes * topo.gpus_per_node > cores:
+            raise NonRetriable(f"{what}: {topo.name} runs {topo.nodes * topo.gpus_per_node} processes; "
+                               f"{where} has {cores} core(s) for them")
 
 
 def plan_runs(group: str, suite_ids: list[str], params: Mapping[str, Any], settings, *,

@@ -269,3 +269,48 @@ def test_results_tab_on_the_dag_run_and_task_pages(airflow_server):
         assert got[name] and got[name]["src"].endswith(f"/dlperf/dag-runs/dlperf_smoke/{q}"), got
         assert "nothing published by this DAG run" in got[name]["text"] and '"detail"' not in got[name]["text"], got
         assert got[name + "_tab"], got
+
+
+def test_a_refused_trigger_with_unpause_ticked_leaves_the_dag_paused(airflow_server):
+    """Airflow's trigger form sends "Unpause on trigger" (ticked by default) as a request of its own
+    beside the trigger; with a conf the api-server refuses (trials 50 > 20), the DAG is paused
+    again (dlperf_tasks/airflow/conf_guard.py): the audit log shows the form's unpause and the
+    re-pause, the DAG ends paused and no run exists. Screenshot: tests/_artifacts/trigger_refused_paused.png."""
+    from pathlib import Path
+
+    from tests.integration._browser import Browser
+
+    s = airflow_server
+    _wait_dag(s, "dlperf_smoke")
+    assert s.request("PATCH", "/dags/dlperf_smoke", {"is_paused": True})[0] == 200
+    events = "/eventLogs?dag_id=dlperf_smoke&event=patch_dag&limit=100"
+    code, before = s.request("GET", events)
+    assert code == 200, before
+    runs_before = s.request("GET", "/dags/dlperf_smoke/dagRuns")[1]["total_entries"]
+    b = Browser(s.url, height=900)
+    try:
+        b.set_token(s.token)
+        _open_trigger_dialog(b, s.url)
+        ticked = b.evaluate("(() => { const c = [...document.querySelectorAll('label')].find("
+                            "l => /Unpause/.test(l.textContent)); if (!c) return null;"
+                            " const i = c.querySelector('input'); return i ? i.checked : null; })()")
+        b.evaluate("document.querySelector('[name=element_trials]').focus()")
+        b.call("Input.insertText", text="50")
+        b.evaluate("document.querySelector('[data-testid=trigger-dag-submit]').click()")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not b.evaluate("!!document.querySelector('[data-testid=error-alert]')"):
+            time.sleep(0.5)
+        _shot(b, Path(__file__).resolve().parents[1] / "_artifacts" / "trigger_refused_paused.png")
+    finally:
+        b.close()
+    # both requests answered: the form's unpause and the re-pause are in the audit log
+    deadline = time.monotonic() + 30
+    after = s.request("GET", events)[1]
+    while time.monotonic() < deadline and after["total_entries"] < before["total_entries"] + 2:
+        time.sleep(0.5)
+        after = s.request("GET", events)[1]
+    assert ticked is True, "the trigger form has no ticked Unpause box for the paused DAG"
+    assert after["total_entries"] >= before["total_entries"] + 2, f"no re-pause after the refusal: {after}"
+    code, dag = s.request("GET", "/dags/dlperf_smoke")
+    assert code == 200 and dag["is_paused"] is True, dag
+    assert s.request("GET", "/dags/dlperf_smoke/dagRuns")[1]["total_entries"] == runs_before

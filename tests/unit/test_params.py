@@ -114,7 +114,7 @@ def test_settings_section_read_and_checked():
     from dlperf_tasks.airflow import settings
 
     vals = {"cluster": "local", "store_url": "file:///tmp/s", "schedule_smoke": "none", "policy": "fail_fast",
-            "redaction": "ips,users", "trial_retries": "3"}
+            "redaction": "ips,users", "trial_retries": "3", "nightly": "true"}
     cfg = settings.load(lambda k, d: vals.get(k, d))
     assert cfg.is_local and cfg.store_url == "file:///tmp/s" and cfg.policy == "fail_fast"
     assert cfg.schedule("smoke") is None and cfg.schedule("mxnet") == "0 1 * * *"
