@@ -211,12 +211,8 @@ def cmd_show(args) -> int:
     if env:
         _print(f"{'env':16} " + ", ".join(f"{k}={v}" for k, v in sorted(env.items()) if not isinstance(v, dict)))
     _print("")
-    _render(rows, "table", ["cell_id", "median", "average", "speedup", "valid", "invalid", "cv", "noisy", "unit"])
-    noisy = [r["cell_id"] for r in rows if r["noisy"]]
-    if noisy:
-        from dlperf_tasks.report.flags import NOISY_CV
-
-        _print(f"noisy (CV > {NOISY_CV:.0%}): " + ", ".join(noisy))
+    _render([dict(r, flags=r["flags"] or "-") for r in rows], "table",
+            ["cell_id", "median", "average", "speedup", "valid", "invalid", "cv", "unit", "flags"])
     if regress is not None:
         _print("")
         findings = regress.get("findings") or []

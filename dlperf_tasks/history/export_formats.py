@@ -31,6 +31,7 @@ import math
 from typing import Any, Iterable, Mapping
 from dlperf_tasks import __version__
 from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.report.flags import row_flags
 
 FORMATS = ("openmetrics", "conbench", "bencher")
 
@@ -245,7 +246,8 @@ def _conbench_one(result: Mapping[str, Any], cell: Mapping[str, Any], dlperf_ver
         "cluster_info": {"name": str(run.get("cluster_name") or "dlperf"), "info": {"nodes": sorted(map(str, nodes))},
                          "optional_info": {}},
         "optional_benchmark_info": {k: figs[k] for k in ("speedup", "efficiency", "throughput") if k in figs}
-        | ({"cv_pct": round(cv_pct, 2)} if (cv_pct := _scaled(figs.get("cv"), 100.0)) is not None else {}),
+        | ({"cv_pct": round(cv_pct, 2)} if (cv_pct := _scaled(figs.get("cv"), 100.0)) is not None else {})
+        | ({"flags": flags} if (flags := row_flags(cell)) else {}),
     }
     if not values:
         doc["error"] = {"reason": f"no valid trial ({int(cell.get('n_invalid') or 0)} invalid)"}

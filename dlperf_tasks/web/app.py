@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fastapi import Depends, FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlperf_tasks.core.errors import InvalidRunIdError, NotFoundError
 from dlperf_tasks.web import api, compare, index, run, trend
@@ -56,4 +58,18 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
     app.state.trend_cache = app.state.site.trends
     for pages in (api, index, run, compare, trend):
         app.include_router(pages.router)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _error_page(request: Request, exc: StarletteHTTPException):
+        """A missing or ambiguous run, a bad request: a page for a browser, JSON for API clients;
+        401/403 keep their JSON and headers (the plugin sends a browser to sign in)."""
+        if (exc.status_code in (401, 403) or request.url.path.startswith(f"{request.scope.get('root_path', '')}/api")
+                or "text/html" not in request.headers.get("accept", "")):
+            return await http_exception_handler(request, exc)
+        page = app.state.site.page(request, "message.html", Viewer("-", frozenset(), False),
+                                   heading=f"{exc.status_code}: {'not found' if exc.status_code == 404 else 'error'}",
+                                   message=str(exc.detail))
+        page.status_code = exc.status_code
+        return page
+
     return app
