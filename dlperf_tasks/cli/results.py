@@ -284,10 +284,12 @@ def cmd_trend(args) -> int:
              "max": p.max, "n_valid": p.n_valid, "speedup": p.speedup} for p in tr.points]
     doc = tr.to_dict()
     if args.png:
+        from dlperf_tasks.history.regress import RegressConfig
         from dlperf_tasks.report.plots import trend_png
 
         trend_png([p.to_dict() for p in tr.points], title=f"{tr.cell_id} ({len(tr.points)} runs)",
-                  unit=tr.unit, path=args.png, baseline=tr.overall_median())
+                  unit=tr.unit, path=args.png, baseline=tr.overall_median(),
+                  min_history=RegressConfig().min_history)
         doc["png"] = str(Path(args.png))
     _render(rows, args.format, doc=doc)
     if args.format == "table":
