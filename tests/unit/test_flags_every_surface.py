@@ -1,5 +1,5 @@
-"""One truth on every surface: one run with a noisy cell, a superlinear cell, an efficiency above 1
-and a cell without a valid trial, rendered through every surface that shows cells (``make run``'s
+"""One truth on every surface: one run with a noisy cell, a superlinear cell, an efficiency above 1,
+an unsteady window and a cell without a valid trial, rendered through every surface that shows cells (``make run``'s
 table, report.md, ``dlperf results show``, the results page, the DAG run's note, the Conbench
 export); each shows report/flags.py's wording of each flag, character for character."""
 
@@ -28,6 +28,7 @@ def _flagged_run() -> dict:
     cells["1n1g"]["cv"] = 0.0834  # noisy
     cells["1n8g"].update(speedup=9.123, scaling_efficiency=1.14)  # superlinear
     cells["2n8g"].update(scaling_efficiency=1.016)  # efficiency above 1, speedup under the GPU count
+    cells["4n8g"]["steady_state"] = {"steady": False, "unsteady_trials": [2, 5]}  # speed still trending
     dead = next(c for c in doc["cells"] if c["batch_size_per_device"] == 24 and c["topology"] == "1n1g")
     dead.update(n_valid=0, n_invalid=len(dead["values"]), median_speed=None, average_speed=None, speedup=None, cv=None)
     return doc
@@ -37,7 +38,8 @@ def test_the_same_flags_in_the_same_words_on_every_surface(tmp_path, capsys):
     doc = _flagged_run()
     wanted = {c["cell_id"]: flags_text(c) for c in doc["cells"] if row_flags(c)}
     assert sorted(wanted.values()) == sorted(["noisy: CV 8.34% > 5%", "superlinear: speedup 9.12 on 8 GPUs",
-                                              "efficiency 1.02 > 1", "no valid trial"])
+                                              "efficiency 1.02 > 1", "no valid trial",
+                                              "unsteady window: 2, 5"])
     store_dir = tmp_path / "store"
     synth.seed_store(Store.from_url(f"file://{store_dir}"), [doc], str(tmp_path / "w"), report=True)
     rid = doc["run"]["run_id"]
