@@ -6,7 +6,9 @@ Pages (all read-only, served from the store through its index):
 
 - ``/``                              recent runs per suite, regression badges, a compare form
 - ``/runs/{run_id}``                 metadata, links (Airflow DAG run and task logs, result.json,
-                                     report.md, plots, downloads), findings, cells, plots
+                                     report.md, plots, downloads), findings, cells, plots;
+                                     ``latest`` and a unique prefix redirect to the run, as the
+                                     CLI takes them (``/compare`` takes them too)
 - ``/runs/{run_id}/plots/{png}``     an archived plot (checksum-verified) or one drawn from result.json
 - ``/runs/{run_id}/files/{name}``    ``result.json`` / ``report.md`` from the store
 - ``/runs/{run_id}/download.{fmt}``  the run's trials as ``json`` / ``csv`` / ``parquet``
@@ -16,6 +18,8 @@ Pages (all read-only, served from the store through its index):
                                      publish task's extra link): redirect to the run's page,
                                      or a list when the DAG run published several suites
 - ``/api/runs?suite=S``              run summaries as JSON; ``/healthz``
+
+A missing or ambiguous run is a page for a browser (``Accept: text/html``), JSON for API clients.
 
 No Airflow import: ``authorize`` is a FastAPI dependency returning a
 :class:`dlperf_tasks.web.access.Viewer` (the plugin's asks Airflow's auth manager); it runs
