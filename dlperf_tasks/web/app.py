@@ -66,8 +66,9 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
     @app.exception_handler(StarletteHTTPException)
     async def _error_page(request: Request, exc: StarletteHTTPException):
         """A missing or ambiguous run, a bad request: a page for a browser, JSON for API clients;
-        401/403 keep their JSON and headers (the plugin sends a browser to sign in)."""
-        if (exc.status_code in (401, 403) or request.url.path.startswith(f"{request.scope.get('root_path', '')}/api")
+        a redirect and 401/403 stay as they are (the plugin sends a browser to sign in with a 303)."""
+        if (exc.status_code < 400 or exc.status_code in (401, 403)
+                or request.url.path.startswith(f"{request.scope.get('root_path', '')}/api")
                 or "text/html" not in request.headers.get("accept", "")):
             return await http_exception_handler(request, exc)
         page = app.state.site.page(request, "message.html", Viewer("-", frozenset(), False),

@@ -177,3 +177,12 @@ def test_run_page_shows_each_cells_flags_in_the_one_wording(client):
     page = c.get(f"/runs/{rid}", headers={"x-user": "alice"}).text
     wanted = [flags_text(cell) for cell in results[-1]["cells"] if flags_text(cell)]
     assert all(w.replace(">", "&gt;") in page for w in wanted)
+
+
+def test_the_error_page_leaves_a_sign_in_redirect_as_it_is(tmp_path):
+    def authorize():
+        raise HTTPException(303, "log in first", headers={"Location": "/auth/login?next=x"})
+
+    app = create_app(lambda: Store.from_url(f"file://{tmp_path}"), authorize=authorize)
+    r = TestClient(app).get("/runs/latest", headers={"accept": "text/html"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/auth/login?next=x"
