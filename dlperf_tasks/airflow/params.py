@@ -59,7 +59,8 @@ def schemas(suite_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         "topologies": {
             "type": ["null", "array"], "items": {"type": "string", "pattern": TOPOLOGY_PATTERN, "maxLength": 8},
             "uniqueItems": True, "maxItems": MAX_LIST, "title": "Topologies",
-            "description": "<nodes>n<gpus per node>g, e.g. [\"1n1g\", \"1n8g\", \"2n8g\"]; empty = the suite's.",
+            "description": "One per line, <nodes>n<gpus per node>g, any the cluster holds (e.g. 1n8g, 3n4g); "
+                           "empty = the suite's.",
         },
         "xla": {
             "type": ["null", "string"], "enum": [None, "off", "on", "both"],

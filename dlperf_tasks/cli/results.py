@@ -212,12 +212,8 @@ def cmd_show(args) -> int:
     if env:
         _print(f"{'env':16} " + ", ".join(f"{k}={v}" for k, v in sorted(env.items()) if not isinstance(v, dict)))
     _print("")
-    _render(rows, "table", ["cell_id", "median", "average", "speedup", "valid", "invalid", "cv", "noisy", "unit"])
-    noisy = [r["cell_id"] for r in rows if r["noisy"]]
-    if noisy:
-        from dlperf_tasks.report.flags import NOISY_CV
-
-        _print(f"noisy (CV > {NOISY_CV:.0%}): " + ", ".join(noisy))
+    _render([dict(r, flags=r["flags"] or "-") for r in rows], "table",
+            ["cell_id", "median", "average", "speedup", "valid", "invalid", "cv", "unit", "flags"])
     if regress is not None:
         _print("")
         findings = regress.get("findings") or []
@@ -289,10 +285,12 @@ def cmd_trend(args) -> int:
              "max": p.max, "n_valid": p.n_valid, "speedup": p.speedup} for p in tr.points]
     doc = tr.to_dict()
     if args.png:
+        from dlperf_tasks.history.regress import RegressConfig
         from dlperf_tasks.report.plots import trend_png
 
         trend_png([p.to_dict() for p in tr.points], title=f"{tr.cell_id} ({len(tr.points)} runs)",
-                  unit=tr.unit, path=args.png, baseline=tr.overall_median())
+                  unit=tr.unit, path=args.png, baseline=tr.overall_median(),
+                  min_history=RegressConfig().min_history)
         doc["png"] = str(Path(args.png))
     _render(rows, args.format, doc=doc)
     if args.format == "table":

@@ -24,7 +24,7 @@ from dlperf_tasks.measure.stats import aggregate as cell_stats
 from dlperf_tasks.frameworks._lines import read_log
 from dlperf_tasks.remote import envcapture
 from dlperf_tasks.measure import stragglers
-from dlperf_tasks.report.flags import cell_flags
+from dlperf_tasks.report.flags import row_flags
 from dlperf_tasks.telemetry import hooks
 from dlperf_tasks.telemetry import report as telemetry_report
 from dlperf_tasks.telemetry.report import loss_history_from_store
@@ -155,6 +155,6 @@ def result_table(summaries: list[Mapping[str, Any]]) -> str:
         for c in s.get("cells", []):
             unit = f" {c['unit']}" if c.get("unit") and c.get("median_speed") is not None else ""
             rows.append([c["cell_id"], num2(c["median_speed"]) + unit, num2(c["average_speed"]), num2(c["speedup"]),
-                         f"{c['n_valid']}/{c['n_invalid']}", "; ".join(cell_flags(c)) or "-"])
+                         f"{c['n_valid']}/{c['n_invalid']}", "; ".join(row_flags(c)) or "-"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)

@@ -126,7 +126,8 @@ class RegressionReport:
     @property
     def basis(self) -> dict[str, Any]:
         """The counts every surface shows (history/basis.py: the one function that makes them)."""
-        return summarize(({"kind": v.kind, "cell_id": v.cell_id, "status": v.status} for v in self.verdicts),
+        return summarize(({"kind": v.kind, "cell_id": v.cell_id, "status": v.status,
+                           "n_baseline_runs": v.n_baseline_runs} for v in self.verdicts),
                          self.config.min_history)
 
     def to_dict(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.history.runs import RunView
+from dlperf_tasks.history.source import resolve_run
 from dlperf_tasks.web.access import Viewer
 
 RECENT_RUNS = 20
@@ -92,6 +93,19 @@ class Site:
                                                   store_url=s.url() if s is not None else "-", viewer=viewer.name,
                                                   **ctx)
         return HTMLResponse(html)
+
+    def resolve(self, spec: str, viewer: Viewer) -> str:
+        """The full run id of ``spec`` (an id, a unique prefix or ``latest``: the newest run the
+        viewer may read) as the CLI reads it; 404 naming the candidates when none or several match."""
+        try:
+            if spec == "latest":
+                runs = self.store().list_runs(limit=1, where=lambda r: viewer.can_read(r.get("suite")))
+                if not runs:
+                    raise DlperfError("no runs in the store that you may read")
+                return str(runs[-1].get("run_id"))
+            return resolve_run(self.store(), spec)
+        except DlperfError as exc:
+            raise HTTPException(404, str(exc)) from None
 
     def suite_of(self, run_id: str, viewer: Viewer) -> str:
         """The run's suite; 403 unless the viewer may read it (before any object is read)."""

@@ -100,10 +100,10 @@ def test_a_conf_that_bypasses_the_api_fails_plan_fast_with_the_error_in_the_note
 
 def test_trigger_form_in_chromium(airflow_server):
     """The trigger form of dlperf_smoke in the real UI (headless Chromium, screenshot in
-    tests/_artifacts/trigger_form_smoke.png): no optional field marked required, the four list
-    fields are one kind of widget (multi-select), XLA shows
-    "the suite's" (not a literal null), the descriptions show the suite's defaults and how many
-    trials a run plans with them."""
+    tests/_artifacts/trigger_form_smoke.png): no optional field marked required, the list fields
+    with a fixed set are one kind of widget (multi-select) and topologies a text box that takes any
+    valid topology, XLA shows "the suite's" (not a literal null), the descriptions show the suite's
+    defaults and the run's size (trials, nodes, GPU-hours) with them."""
     import json
     from pathlib import Path
 
@@ -127,9 +127,12 @@ def test_trigger_form_in_chromium(airflow_server):
         _shot(b, shots / "trigger_form_smoke_more.png")
         required = b.evaluate("JSON.stringify([...document.querySelectorAll('[id^=element_]')].filter("
                               "e => e.required || e.getAttribute('aria-required') === 'true').map(e => e.id))")
-        # every list field is the same widget: a multi-select (react-select) with the suites' values
+        # the list fields with a fixed set are a multi-select (react-select) with the suites' values;
+        # topologies is a text box (one per line) that takes any valid topology
         multi = b.evaluate("JSON.stringify(['suites', 'batch_sizes', 'precisions', 'topologies'].filter("
                            "n => document.querySelector('#element_' + n + ' [id^=react-select]') !== null))")
+        topo_kind = b.evaluate("(() => { const e = document.querySelector('#element_topologies');"
+                               " return e ? e.tagName.toLowerCase() : 'missing'; })()")
         _open_more_options(b)
         adaptive_kind = b.evaluate("(() => { const e = document.querySelector('#element_adaptive');"
                                    " if (!e) return 'missing'; if (e.querySelector('[id^=react-select]')) return 'select';"
@@ -142,8 +145,10 @@ def test_trigger_form_in_chromium(airflow_server):
     (shots / "trigger_form_smoke.html").write_text(dom)
     assert "element_topologies" in json.loads(fields or "[]"), dom[-3000:]
     assert json.loads(required or "[]") == [], required
-    assert json.loads(multi or "[]") == ["suites", "batch_sizes", "precisions", "topologies"], multi
+    assert json.loads(multi or "[]") == ["suites", "batch_sizes", "precisions"], multi
+    assert topo_kind == "textarea", topo_kind
     assert "Suite defaults: smoke: 1n1g, 1n2g" in dom and "With every default a run plans 6 trial task(s)" in dom
+    assert "Run size with every default: 6 trial(s), up to 1 node(s) per trial, at most" in dom
     assert "the suite's" in dom  # empty values read "the suite's", not a literal null
     # issue 26.6: no internal field (the A/B confirmation JSON editor), no field the smoke suite
     # cannot use (it runs on the host: no image; PyTorch: no XLA); adaptive trials is a choice

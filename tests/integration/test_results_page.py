@@ -231,7 +231,8 @@ def test_run_page_in_chromium(api_server, seeded_store, browser):
     assert findings.count('class="flag"') == 2
     assert "scaling" in findings and "throughput" in findings and T_CELL in findings and S_CELL in findings
     assert "nccl: 2.18.5" in findings and "detectable" in findings
-    assert dom.count('class="tag noisy-flag"') == 1  # the CV 0.42 cell
+    assert dom.count('class="tag noisy-flag cell-flags"') == 1  # the CV 0.42 cell
+    assert 'noisy: CV 42.00% &gt; 5%' in dom  # report/flags.py's wording
     imgs = re.findall(r'<img[^>]*class="plot"[^>]*>', dom)
     assert len(imgs) == 2, imgs
     for tag in imgs:
