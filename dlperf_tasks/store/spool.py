@@ -76,8 +76,7 @@ def _publishable_run_id(run_id: str, redactor: Redactor) -> str:
     found = LeakScanner(redactor.known_values()).scan_line(run_id)
     if found or redactor.fresh().redact_text(run_id) != run_id:
         what = f"{found[0][0]} {found[0][1]!r}" if found else "a name or address that redaction removes"
-        raise StoreError(f"run id {run_id!r} cannot be published: it contains {what}; name the run with "
-                         f"letters, digits and . _ - only")
+        raise StoreError(f"run id {run_id!r} cannot be published: it contains {what}; {L.RUN_ID_RULE}")
     return run_id
 
 
