@@ -21,6 +21,7 @@ byte-identical objects, and ``--resume`` uploads the spool as it is.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import sha256_file
 from dlperf_tasks.store.leakscan import scan_spool
+from dlperf_tasks.store.readback import result_problem
 from dlperf_tasks.store.redact import Redactor, Secrets, read_node_identities
 from dlperf_tasks.store.runfiles import NotRegular, open_binary, open_text, walk
 from dlperf_tasks.store.leakscan import LeakScanner
@@ -189,8 +191,11 @@ class Spool:
         redactor = redactor.with_identities(read_node_identities(run_dir))
         result_path = run_dir / L.RESULT
         try:  # a link, hard link or special file is refused: its content may come from outside the run
-            with open_text(result_path, encoding="utf-8") as f:
-                result = json.loads(f.read())
+            with open_text(result_path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+                result_text = f.read()  # read once: the same text is checked, summarised and redacted
+            result = json.loads(result_text)
+        except RecursionError:
+            raise StoreError(f"{result_path}: nested too deeply to read; refusing to publish") from None
         except FileNotFoundError:
             raise StoreError(f"run directory {run_dir}: {result_path} not found") from None
         except NotRegular as exc:
@@ -201,6 +206,10 @@ class Spool:
         run = result.get("run") if isinstance(result, dict) else None
         if not isinstance(run, dict) or not run.get("run_id") or not run.get("suite"):
             raise StoreError(f"{result_path}: 'run.run_id' and 'run.suite' are required to publish")
+        problem = result_problem(result)
+        if problem:
+            raise StoreError(f"{result_path}: {problem}: the store's readers could not read it back; "
+                             f"refusing to publish")
         run_id = _publishable_run_id(L.validate_run_id(str(run["run_id"])), redactor)
         suite = L.validate_suite(str(run["suite"]))
         date = L.date_of(run.get("started_at") or run.get("finished_at"))
@@ -243,7 +252,8 @@ class Spool:
             entries.append(_entry(objects, L.LOGS_TAR))
             entries.extend(_entry(objects, r) for r in log_rels)
 
-        _redact_file(redactor, result_path, objects / L.RESULT)
+        with open(objects / L.RESULT, "w", encoding="utf-8", errors="surrogateescape", newline="") as dst:
+            redactor.redact_stream(io.StringIO(result_text), dst)
         try:
             redacted_result = json.loads((objects / L.RESULT).read_text(encoding="utf-8"))
         except ValueError as exc:  # pragma: no cover - placeholders never break JSON
