@@ -412,9 +412,9 @@ class MxnetBertStream(LogStream):
         if self.fc.facts.args_source:  # every rank prints it: the first one is enough
             return
         keep = kv_args(line[line.index("Namespace("):], ("total_batch_size", "accumulate", "log_interval", "num_steps",
-                                                          "dtype", "no_compute_acc"))
+                                                          "dtype", "no_compute_acc", "model", "batch_size"))
         f = self.fc.facts
-        if "total_batch_size" not in keep:
+        if not keep:
             return
         f.args.update(keep)
         f.args_source = "gluon-nlp Namespace line"
