@@ -136,6 +136,12 @@ def publish_run(store: StoreLocation, run_dir: str | Path, *, redactor: Redactor
                                on_uploaded=on_uploaded, replace=replace)
 
 
+#: seconds between two checkpoints of the spool's state file while objects upload (it is rewritten
+#: whole: once per object made publish quadratic in the number of files); a resume re-checks the
+#: objects uploaded since the last checkpoint (upload_object skips one already stored)
+STATE_EVERY_S = 2.0
+
+
 def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor | None, resume: bool,
                     policy: RetryPolicy | None, on_uploaded: Callable[[str, int], None] | None,
                     replace: bool = False) -> PublishResult:
@@ -168,6 +174,8 @@ def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor |
             raise StoreError(refuse_message(store.url(), spool.manifest, other))
 
     done: list[str] = list(spool.state().get("uploaded", [])) if resume else []
+    done_set = set(done)
+    saved_at = time.monotonic()
     uploaded: list[str] = []
     skipped: list[str] = []
     n = 0
@@ -180,10 +188,13 @@ def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor |
             wrote = upload_object(backend, key, spool.file(e["path"]), e["size"], e["sha256"],
                                   e.get("content_type") or "application/octet-stream", policy)
             (uploaded if wrote else skipped).append(key)
-            if key not in done:
+            if key not in done_set:
                 done.append(key)
+                done_set.add(key)
             n += 1
-            spool.write_state(False, done)
+            if time.monotonic() - saved_at >= STATE_EVERY_S:  # a checkpoint, not a rewrite per object
+                spool.write_state(False, done)
+                saved_at = time.monotonic()
             if on_uploaded:
                 on_uploaded(key, n)
         summary = run_summary(spool.result(), spool.run_path, spool.date, manifest_sha256=spool.manifest_sha256())

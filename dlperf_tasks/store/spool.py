@@ -337,9 +337,34 @@ def _make_tar(dest: Path, base: Path, rels: list[str]) -> None:
     os.replace(buf_path, dest)
 
 
+class _UpTo(io.RawIOBase):
+    """The first ``size`` bytes of an open file: a log that keeps growing while publish reads it is
+    read up to the size it had when publish reached it (a writer never keeps publish running)."""
+
+    def __init__(self, f, size: int):
+        self.f, self.left = f, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        if self.left <= 0:
+            return 0
+        n = self.f.readinto(memoryview(buf)[:min(len(buf), self.left)]) or 0
+        self.left -= n
+        return n
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
 def _redact_file(redactor: Redactor, src_path: Path, dest: Path) -> None:
-    """Stream ``src_path`` through the redactor into ``dest`` (bounded memory, any line length)."""
+    """Stream ``src_path`` through the redactor into ``dest`` (bounded memory, any line length),
+    up to the size the file had when it was opened."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with open_text(src_path, encoding="utf-8", errors="surrogateescape", newline="") as src, \
+    raw = open_binary(src_path)
+    limited = _UpTo(raw, os.fstat(raw.fileno()).st_size)
+    with io.TextIOWrapper(io.BufferedReader(limited), encoding="utf-8", errors="surrogateescape", newline="") as src, \
             open(dest, "w", encoding="utf-8", errors="surrogateescape", newline="") as dst:
         redactor.redact_stream(src, dst)
