@@ -26,6 +26,7 @@ from dlperf_tasks.store.backends import Backend, PreconditionFailed
 from dlperf_tasks.store.index import run_summary, update_index
 from dlperf_tasks.store.redact import Redactor
 from dlperf_tasks.store.runfiles import publish_lock
+from dlperf_tasks.store.replace import drop_old_row, old_location, remove_leftovers
 from dlperf_tasks.store.sameid import existing_other_run, refuse_message
 from dlperf_tasks.store.spool import Spool
 from dlperf_tasks.store.backends import sha256_bytes
@@ -77,6 +78,8 @@ class PublishResult:
     not_published: list[dict] = field(default_factory=list)
     total_bytes: int = 0
     seconds: float = 0.0
+    replaced: str | None = None  # the different run --replace replaced (None: none)
+    replaced_left: list[str] = field(default_factory=list)  # what of it could not be removed
 
     def __str__(self) -> str:
         return self.url
@@ -168,10 +171,11 @@ def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor |
         spool.write_state(False, [], error=str(exc))
         raise StoreError(f"cannot publish run {spool.run_id}: {exc}; the spool is kept at {spool.root}, "
                          f"finish later with 'dlperf publish --resume {run_dir}'") from None
-    if not replace:
-        other = existing_other_run(backend, layout, spool.manifest)
-        if other is not None:
-            raise StoreError(refuse_message(store.url(), spool.manifest, other))
+    other = existing_other_run(backend, layout, spool.manifest)
+    if other is not None and not replace:
+        raise StoreError(refuse_message(store.url(), spool.manifest, other))
+    replaced = old_location(backend, layout, spool.run_id) if other is not None else None
+    left: list[str] = []
 
     done: list[str] = list(spool.state().get("uploaded", [])) if resume else []
     done_set = set(done)
@@ -201,7 +205,11 @@ def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor |
         pointer = {"run_id": spool.run_id, "suite": spool.suite, "date": spool.date, "path": spool.run_path}
         _with_retry(lambda: _put_json_if_changed(backend, layout.pointer_key(spool.run_id), pointer), policy,
                     "pointer")
+        if replaced:  # the replaced run's row goes first: none of its keys (its verdicts) carry over
+            left += drop_old_row(backend, layout, replaced, spool.run_id)
         _with_retry(lambda: update_index(backend, layout.index_key(spool.suite), summary), policy, "index")
+        if replaced:
+            left += remove_leftovers(backend, layout, replaced, spool.manifest)
     except StoreError as exc:
         spool.write_state(False, done, error=str(exc))
         raise StoreError(f"publish of run {spool.run_id} incomplete: {exc}; the spool is kept at {spool.root}, "
@@ -213,7 +221,8 @@ def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor |
         manifest_key=layout.manifest_key(spool.suite, spool.date, spool.run_id),
         uploaded=uploaded, skipped=skipped, spool=str(spool.root),
         not_published=list(spool.manifest.get("skipped") or []),
-        total_bytes=sum(e["size"] for e in entries), seconds=time.monotonic() - t0)
+        total_bytes=sum(e["size"] for e in entries), seconds=time.monotonic() - t0,
+        replaced=other, replaced_left=left)
 
 
 def _put_json_if_changed(backend: Backend, key: str, doc: dict) -> None:

@@ -53,3 +53,46 @@ def test_the_state_file_is_not_rewritten_after_every_object(tmp_path, monkeypatc
     assert len(result.uploaded) > 300
     assert len(writes) <= 3, len(writes)  # a checkpoint every few seconds and the final state
     assert writes[-1][0] is True
+
+
+RID = "bench-20260102T030405-abc123"
+
+
+def _keys(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")}
+
+
+def test_replace_leaves_only_the_new_run_in_any_suite(tmp_path):
+    """The replaced run stood in another suite and had a recorded verdict: its objects, its
+    annotation, its index row (and the verdict on it) are all gone; the new run is whole."""
+    store = _store(tmp_path)
+    first = make_run_dir(tmp_path / "one", run_id=RID, suite="pytorch-bert", started_at="2026-01-02T03:04:05+00:00")
+    store.publish(first)
+    store.annotate_run(RID, "regressions", {"verdict": "REGRESSION"}, index_value=["slower"])
+    assert store.list_runs("pytorch-bert")[0]["regressions"] == ["slower"]
+    second = make_run_dir(tmp_path / "two", run_id=RID, suite="mxnet-bert", started_at="2026-01-05T03:04:05+00:00")
+    res = store.publish(second, replace=True)
+    assert res.replaced and res.replaced_left == []
+    assert store.list_runs("pytorch-bert") == []
+    (row,) = store.list_runs("mxnet-bert")
+    assert "regressions" not in row and row["started_at"] == "2026-01-05T03:04:05+00:00"
+    keys = _keys(tmp_path / "store")
+    assert not [k for k in keys if "pytorch-bert/" in k and k.startswith("runs/")], keys
+    assert store.read_annotation(RID, "regressions") is None
+
+
+def test_replace_at_the_same_path_drops_the_old_runs_extra_objects_and_verdicts(tmp_path, capsys):
+    from dlperf_tasks.cli import main as cli_main
+
+    store = _store(tmp_path)
+    first = make_run_dir(tmp_path / "one", run_id=RID, started_at="2026-01-02T03:04:05+00:00")
+    (first / "logs" / "gpu-node-a" / "only_in_the_old_run.log").write_text("step 1\n")
+    store.publish(first)
+    store.annotate_run(RID, "regressions", {"verdict": "REGRESSION"}, index_value=["slower"])
+    second = make_run_dir(tmp_path / "two", run_id=RID, started_at="2026-01-02T09:00:00+00:00")
+    assert cli_main(["publish", str(second), "--store", f"file://{tmp_path / 'store'}", "--replace"]) == 0
+    assert "its objects, verdicts and index row are gone" in capsys.readouterr().err
+    keys = _keys(tmp_path / "store")
+    assert not [k for k in keys if "only_in_the_old_run" in k or "annotations/" in k], keys
+    (row,) = store.list_runs("mxnet-bert")
+    assert "regressions" not in row and row["started_at"] == "2026-01-02T09:00:00+00:00"
