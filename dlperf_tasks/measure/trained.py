@@ -17,35 +17,12 @@ Pure logic, no I/O.
 
 from __future__ import annotations
 
-import re
-from typing import Any, Iterable
+from typing import Iterable
+
+from dlperf_tasks.frameworks.modelnames import model_kind
 
 #: the argument names (as the parsers keep them in ``LogFacts.args``) that name the model trained
 MODEL_ARGS = ("model", "bert_model", "config_file", "bert_config_file")
-#: BERT sizes by layer count (Devlin et al.: base 12 x 768, large 24 x 1024; tiny 2 x 128)
-_BERT_SIZES = {2: "tiny", 4: "mini", 8: "medium", 12: "base", 24: "large"}
-_BERT_NUMBERS = (re.compile(r"bert_(\d+)_(\d+)_(\d+)"), re.compile(r"l-(\d+)_h-(\d+)"))
-
-
-def model_kind(text: Any) -> str | None:
-    """A comparable name of the model ``text`` names (``bert-base``, ``resnet50v1b``), or None
-    where it names none this module can place."""
-    t = str(text or "").strip().strip("'\"").lower()
-    if not t:
-        return None
-    base = t.rsplit("/", 1)[-1]
-    for rx in _BERT_NUMBERS:
-        m = rx.search(t)
-        if m:
-            layers = int(m.group(1))
-            return f"bert-{_BERT_SIZES.get(layers, f'{layers}-layers')}"
-    if "bert" in t or base.endswith(".json"):
-        for size in ("large", "base", "tiny", "mini", "medium"):
-            if re.search(rf"(?<![a-z]){size}(?![a-z])", base):
-                return f"bert-{size}"
-        return None
-    name = re.sub(r"[^a-z0-9]", "", base)
-    return name if re.fullmatch(r"[a-z]+\d+[a-z0-9]*", name) else None
 
 
 def model_problems(cell_model: str, args: dict, source: str = "") -> list[str]:
