@@ -14,9 +14,9 @@ flag and both values. A flag the entry point does not define would stop it at st
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import re
-from pathlib import Path
 
 from dlperf_tasks.core.model import Cell
 from dlperf_tasks.frameworks.modelnames import model_kind
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from typing import Mapping
 
 #: framework -> {script, source, abbrev, flags} (see the file's "about")
-ENTRY_POINTS = json.loads((Path(__file__).with_name("entry_flags.json")).read_text(encoding="utf-8"))["entry_points"]
+with open(os.path.join(os.path.dirname(__file__), "entry_flags.json"), encoding="utf-8") as _f:
+    ENTRY_POINTS = json.load(_f)["entry_points"]
 _NUMBER = re.compile(r"-\d")
 #: Megatron flag -> the cell layout's attribute
 _MEGATRON_MODEL = {"--num-layers": "num_layers", "--hidden-size": "hidden_size", "--num-attention-heads": "num_heads"}
