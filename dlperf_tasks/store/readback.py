@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from dlperf_tasks.core.errors import StoreError
+
 INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
 MAX_DEPTH = 32
 
@@ -103,6 +105,15 @@ def _number_or_none(v: Any) -> bool:
 def result_problem(result: Any) -> str | None:
     """Why a result document cannot be published as it is (one phrase naming where), or None."""
     return value_problem(result) or shape_problem(result)
+
+
+def shown_result(run_id: str, result: Any) -> dict:
+    """``result`` as read back for display; one stored before publish checked its values (see
+    :func:`result_problem`) is refused in one line naming the run and where."""
+    problem = result_problem(result)
+    if problem:
+        raise StoreError(f"run {run_id}: its stored result cannot be shown ({problem})")
+    return result
 
 
 def row_problem(row: Any) -> str | None:
