@@ -191,7 +191,9 @@ def cmd_show(args) -> int:
 
     store = _store(args)
     args.run_id = resolve_run(store, args.run_id, suite=args.suite)
-    result = store.read_result(args.run_id)
+    from dlperf_tasks.store.readback import shown_result
+
+    result = shown_result(args.run_id, store.read_result(args.run_id))
     run = result.get("run") or {}
     rows = show_rows(result)
     regress = _manifest_findings(store, args.run_id)

@@ -399,7 +399,7 @@ class MxnetBertStream(LogStream):
             return
         keep = kv_args(line[line.index("Namespace("):], _NAMESPACE_KEYS)
         f = self.fc.facts
-        if "total_batch_size" not in keep:
+        if not keep:
             return
         f.args.update(keep)
         f.args_source = "gluon-nlp Namespace line"
@@ -427,6 +427,7 @@ _BULK = re.compile(r"\[step ([0-9]++)\]\s*+mlm_loss=\s*+(" + _PLAIN + r")\s++nsp
                    r"throughput=[^\n]*latency=\s*+(\S+)\s*ms/batch")
 
 
-_NAMESPACE_KEYS = kv_pattern("total_batch_size", "accumulate", "log_interval", "num_steps", "dtype", "no_compute_acc")
+_NAMESPACE_KEYS = kv_pattern("total_batch_size", "accumulate", "log_interval", "num_steps", "dtype", "no_compute_acc",
+                             "model", "batch_size")
 
 MxnetBert.Stream = MxnetBertStream

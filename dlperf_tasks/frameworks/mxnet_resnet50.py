@@ -241,7 +241,7 @@ class MxnetResnet50Stream(LogStream):
 
 #: Namespace keys read: the per-device batch, precision, Speed-line stride, and the kvstore (a
 #: ``dist_*`` kvstore means one process per worker, each logging its own speed)
-_NAMESPACE_KEYS = ("batch_size", "dtype", "log_interval", "kvstore", "kv_store")
+_NAMESPACE_KEYS = ("batch_size", "dtype", "log_interval", "kvstore", "kv_store", "model")
 _NAMESPACE_KV = kv_pattern(*_NAMESPACE_KEYS)
 #: groups: epoch, the space before ``[`` (``Batch [i]``: ``train_imagenet.py``, i from 0), batch, speed
 _FAST = re.compile(r"Epoch\[(\d++)\] Batch( ?+)\[(\d++)\]\s*+Speed:\s*+(\S+) samples/sec")

@@ -254,7 +254,7 @@ class TensorflowBertStream(LogStream):
         args = kv_args(line)
         f = self.fc.facts
         f.args.update({k: args[k] for k in ("train_batch_size", "num_gpus", "worker_hosts", "dtype",
-                                            "enable_xla") if k in args})
+                                            "enable_xla", "bert_config_file") if k in args})
         f.args_source = "flags of the run_pretraining.py command line in the log"
         f.global_batch = as_int(args.get("train_batch_size"))
         gpus = as_int(args.get("num_gpus"))

@@ -10,7 +10,9 @@ A trial is valid (``TrialStatus.OK``) only when
 * the framework's own :meth:`Framework.check` has no objection,
 * the framework's speed rule yields a finite value > 0,
 * no iteration is logged twice by the same rank (see :func:`repeated_iterations`),
-* every loss the log printed is finite (:attr:`LogFacts.nonfinite_losses`),
+* every loss the log printed is finite (:attr:`LogFacts.nonfinite_losses`), and so is every
+  gradient norm inside the window; the model the log's own arguments name is the cell's
+  (:mod:`dlperf_tasks.measure.trained`),
 * the value is physically plausible (:func:`plausibility_problem`, :func:`sample_bound_problems`):
   no iteration (a logged ``ms/iter`` sample, the metric's latency, or the time a throughput
   implies for one global batch) longer than a day; samples/s per GPU at most the suite's
@@ -35,6 +37,7 @@ from operator import sub
 from collections.abc import Mapping
 
 from dlperf_tasks.frameworks.base import Framework
+from dlperf_tasks.measure.trained import grad_norm_problems, model_problems
 from dlperf_tasks.core.model import MetricKind, ParsedLog, Samples, Trial, TrialMetric, TrialResult, TrialStatus, Window
 
 #: sample units whose value is a timestamp (may be 0 or negative relative times)
@@ -304,6 +307,8 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
     cell = trial.cell
     window = window or cell.window
     reasons, nonzero = generic_problems(parsed, window, framework.expected_ranks(cell), exit_codes)
+    reasons.extend(model_problems(cell.model, parsed.facts.args, parsed.facts.args_source))
+    reasons.extend(grad_norm_problems(parsed.extra.get("nonfinite_grad_norms") or (), window.warmup, window.total))
     try:
         reasons.extend(framework.check(parsed, cell, window))
     except Exception as exc:  # a framework check must not take the whole extraction down

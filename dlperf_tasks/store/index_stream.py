@@ -136,6 +136,8 @@ def iter_index_runs(pages: Iterable[bytes], where: str, max_entry: int = MAX_ENT
             src.mark = src.chars
             n += 1
             yield run
+    except UnicodeDecodeError as exc:  # a string escape that is no Unicode text (a lone surrogate)
+        raise StoreError(f"{where}: index is not valid JSON (a string that is not Unicode text: {exc.reason})") from None
     except ijson.JSONError as exc:
         reason = _reason(exc)
         after = "data after the document: " if "trailing garbage" in reason else ""

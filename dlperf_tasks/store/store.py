@@ -258,6 +258,8 @@ class Store:
             return json.loads(data)
         except ValueError as exc:
             raise StoreError(f"run {run_id}: result.json is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise StoreError(f"run {run_id}: result.json is nested too deeply to read") from None
 
     def read_report(self, run_id: str, suite: str | None = None) -> str:
         return self.read_object(run_id, L.REPORT, suite).decode("utf-8")

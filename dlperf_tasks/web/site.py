@@ -16,6 +16,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.history.runs import RunView
 from dlperf_tasks.history.source import resolve_run
+from dlperf_tasks.store.readback import shown_result
 from dlperf_tasks.web.access import Viewer
 
 RECENT_RUNS = 20
@@ -117,7 +118,9 @@ class Site:
         return suite
 
     def result_of(self, run_id: str) -> dict:
-        return self.results.get(run_id, lambda: self.store().read_result(run_id))
+        """The run's result document; one stored before publish checked its values and holding
+        one no page can show is refused in one line (a StoreError, shown as an error page)."""
+        return self.results.get(run_id, lambda: shown_result(run_id, self.store().read_result(run_id)))
 
 
 def previous_run(store: Any, suite: str, run_id: str) -> str | None:
