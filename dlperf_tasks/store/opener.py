@@ -8,6 +8,7 @@ Every place that turns settings into a :class:`~dlperf_tasks.store.store.Store` 
 from __future__ import annotations
 
 from dlperf_tasks.core.errors import StoreError
+from dlperf_tasks.store.backends import NotFound
 from dlperf_tasks.store.store import Store
 
 
@@ -26,7 +27,11 @@ def require_store(store: Store) -> Store:
     if root is not None and not root.is_dir():
         what = "is not a directory" if root.exists() else "does not exist"
         raise StoreError(f"no store at {store.url()}: {root} {what} (mistyped --store or $DLPERF_STORE_URL?)")
-    if not store.backend.list_keys(store.prefix, delimiter="/"):
+    try:
+        keys = store.backend.list_keys(store.prefix, delimiter="/")
+    except NotFound:  # an endpoint that cannot list: the read itself names what is missing
+        return store
+    if not keys:
         raise StoreError(f"no store at {store.url()}: nothing was ever published there (mistyped --store or "
                          f"$DLPERF_STORE_URL? 'make run' publishes into the default store)")
     return store
