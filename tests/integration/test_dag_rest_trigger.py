@@ -276,11 +276,13 @@ def test_results_tab_on_the_dag_run_and_task_pages(airflow_server):
         assert got[name + "_tab"], got
 
 
-def test_a_refused_trigger_with_unpause_ticked_leaves_the_dag_paused(airflow_server):
+def test_a_refused_trigger_with_unpause_ticked_arms_nothing(airflow_server):
     """Airflow's trigger form sends "Unpause on trigger" (ticked by default) as a request of its own
-    beside the trigger; with a conf the api-server refuses (trials 50 > 20), the DAG is paused
-    again (dlperf_tasks/airflow/conf_guard.py): the audit log shows the form's unpause and the
-    re-pause, the DAG ends paused and no run exists. Screenshot: tests/_artifacts/trigger_refused_paused.png."""
+    beside the trigger, so a conf the api-server refuses (trials 50 > 20) still unpauses the DAG.
+    The embedded default arms no nightly schedule ([dlperf] nightly = false), so the refused trigger
+    changes nothing that runs: no run exists and no next run is scheduled. A pause heuristic that
+    paired the two requests would also re-pause a corrected resubmit made seconds later, leaving its
+    run queued on a paused DAG. Screenshot: tests/_artifacts/trigger_refused_paused.png."""
     from pathlib import Path
 
     from tests.integration._browser import Browser
@@ -308,14 +310,9 @@ def test_a_refused_trigger_with_unpause_ticked_leaves_the_dag_paused(airflow_ser
         _shot(b, Path(__file__).resolve().parents[1] / "_artifacts" / "trigger_refused_paused.png")
     finally:
         b.close()
-    # both requests answered: the form's unpause and the re-pause are in the audit log
-    deadline = time.monotonic() + 30
-    after = s.request("GET", events)[1]
-    while time.monotonic() < deadline and after["total_entries"] < before["total_entries"] + 2:
-        time.sleep(0.5)
-        after = s.request("GET", events)[1]
     assert ticked is True, "the trigger form has no ticked Unpause box for the paused DAG"
-    assert after["total_entries"] >= before["total_entries"] + 2, f"no re-pause after the refusal: {after}"
     code, dag = s.request("GET", "/dags/dlperf_smoke")
-    assert code == 200 and dag["is_paused"] is True, dag
+    assert code == 200, dag
+    # no schedule was armed, whatever the pause state the form left
+    assert dag.get("next_dagrun_logical_date") is None and dag.get("next_dagrun_run_after") is None, dag
     assert s.request("GET", "/dags/dlperf_smoke/dagRuns")[1]["total_entries"] == runs_before
