@@ -139,7 +139,7 @@ def _finish_confirm(plan: dict, cfg, context) -> None:  # plan: the (rebased) ru
     (nothing is published: the A/B runs are evidence, not nightly results), then skip."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    doc = abconfirm.finish_confirm(plan, finish.open_store(cfg), dag_run_id=context["dag_run"].run_id,
+    doc = abconfirm.finish_confirm(plan, finish.engine_store(cfg), dag_run_id=context["dag_run"].run_id,
                                send=notifier.findings_sender(context, cfg.notify_url or ""))
     line = f"{doc['finding']} of {doc['run_id']}: {doc['status']} - {doc.get('note', '')}"
     print(line)
@@ -153,7 +153,7 @@ def _confirm_confs(plan: dict, published: list, cfg) -> list[dict]:
     """The follow-up runs to trigger (never from a confirmation or dry run); a failing planner
     never fails the published run."""
     try:
-        return abconfirm.trigger_confs(plan, published or [], finish.open_store(cfg))
+        return abconfirm.trigger_confs(plan, published or [], finish.engine_store(cfg))
     except Exception as exc:  # noqa: BLE001 - like the regression check: the run is published
         print(f"planning the A/B confirmations failed (nothing triggered): {type(exc).__name__}: {exc}")
         return []

@@ -120,13 +120,6 @@ def defaults(policy: str = "continue") -> dict[str, Any]:
             "adaptive": None, "quarantine": None, "confirm": None}
 
 
-def dag_params(suite_ids: Iterable[str], policy: str = "continue") -> dict:
-    """Airflow ``Param`` objects for the DAG's trigger form (:mod:`.form` picks the fields)."""
-    from dlperf_tasks.airflow import form
-
-    return form.dag_params(suite_ids, policy)
-
-
 def form_choices(suite_ids: Iterable[str]) -> dict[str, list]:
     """The options the form offers for the list fields without a fixed set (batch sizes and
     topologies): the values of this DAG's suites. With ``examples`` Airflow's form draws every
@@ -251,12 +244,10 @@ def check_map_length(params: Mapping[str, Any], suite_ids: Iterable[str], limit:
     limit = limit if limit is not None else max_map_length()
     if limit is None:
         return
-    keys = ("batch_sizes", "precisions", "topologies", "trials", "xla")
-    ov = {k: params[k] for k in keys if params.get(k) not in (None, [], "")}
     counts: dict[str, int] = {}
     for suite_id in params.get("suites") or sorted(suite_ids):
         try:
-            counts[suite_id] = len(plan(load_suite(suite_id), Overrides.from_dict(ov), max_trials=limit).trials)
+            counts[suite_id] = len(plan(load_suite(suite_id), Overrides.from_params(params), max_trials=limit).trials)
         except DlperfError as exc:
             if isinstance(exc, PlanTooLargeError):
                 raise ParamsError(f"batch_sizes/precisions/xla/topologies/trials: suite {suite_id}: {exc} "
@@ -277,7 +268,7 @@ def precheck(group: str, conf: Mapping[str, Any] | None, settings) -> str | None
     no node is touched; a catalog that does not load is left to the plan task."""
     from dlperf_tasks.catalog.loader import load_suite, suites_by_group
     from dlperf_tasks.engine.errors import NonRetriable
-    from dlperf_tasks.engine.setup import OVERRIDE_KEYS, check_fits
+    from dlperf_tasks.engine.clusterconf import check_fits
     from dlperf_tasks.core.errors import DlperfError
     from dlperf_tasks.catalog.plan import Overrides, plan
 
@@ -295,7 +286,7 @@ def precheck(group: str, conf: Mapping[str, Any] | None, settings) -> str | None
     topologies = set()
     for suite_id in params.get("suites") or suite_ids:
         try:
-            ov = Overrides.from_dict({k: params[k] for k in OVERRIDE_KEYS if params.get(k) not in (None, [], "")})
+            ov = Overrides.from_params(params)
             topologies |= {c.topology for c in plan(load_suite(suite_id), ov).cells}
         except DlperfError as exc:
             return f"suite {suite_id}: {exc}"

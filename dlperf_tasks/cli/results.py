@@ -146,11 +146,11 @@ def register(subparsers) -> None:
 # ------------------------------------------------------------------------------ helpers
 def _store(args):
     """The store of ``--store`` or the settings; says which on stderr (one line)."""
-    from dlperf_tasks.history.source import open_store, store_settings
+    from dlperf_tasks.history.source import store_for, store_settings
 
     s = store_settings(args.store)
     print(s.describe_store(), file=sys.stderr)
-    return open_store(settings=s)
+    return store_for(settings=s)
 
 
 def _print(text: str) -> None:

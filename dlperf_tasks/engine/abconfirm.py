@@ -42,7 +42,8 @@ from dlperf_tasks.catalog.validate import check_image_ref
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.engine.errors import NonRetriable
 from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now_iso, read_json, write_json, write_plan
-from dlperf_tasks.engine.setup import load_cluster, load_suite
+from dlperf_tasks.engine.clusterconf import load_cluster
+from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 from dlperf_tasks.history import confirm as C
 from dlperf_tasks.history.cellspec import parse_cell_id
@@ -199,7 +200,7 @@ def plan_confirm(group: str, suite_ids: list[str], params: Mapping[str, Any], se
         plan = C.ConfirmPlan.from_conf(params["confirm"])
         if plan.suite not in suite_ids:
             raise ValueError(f"suite {plan.suite} is not one of this DAG's ({', '.join(sorted(suite_ids))})")
-        suite = load_suite(plan.suite, settings)
+        suite = load_suite(plan.suite, settings.catalog_path)
         cluster = load_cluster(settings)
         plan.image_a, plan.image_b = _image(plan.image_a, cluster, "image_a"), _image(plan.image_b, cluster, "image_b")
         p = plan_for(suite, plan.cells, trials=plan.rounds)

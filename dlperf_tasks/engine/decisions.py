@@ -38,7 +38,7 @@ from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.engine.decisiondocs import ADAPTIVE_FILE, HEALTH_FILE, results_doc, write_docs
 from dlperf_tasks.engine.decisiondocs import replace_section, summary_lines  # noqa: F401 (re-exported)
 from dlperf_tasks.engine.rundir import RunDir
-from dlperf_tasks.engine.setup import load_suite
+from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.measure import stragglers
 from dlperf_tasks.policy import adaptive as ad
 from dlperf_tasks.policy import nodehealth as nh
@@ -350,7 +350,7 @@ def split_items(run_set: Mapping[str, Any], settings) -> tuple[list[dict], list[
     for item in run_set.get("trials") or []:
         if item["suite"] not in policies:
             policies[item["suite"]] = None if params.get("confirm") or item.get("dry_run") else \
-                policy_for(load_suite(item["suite"], settings), params)
+                policy_for(load_suite(item["suite"], settings.catalog_path), params)
         pol = policies[item["suite"]]
         (more if pol is not None and int(item["trial"]["index"]) > pol.min_trials else first).append(item)
     return first, more
@@ -365,7 +365,7 @@ def after_aggregate_runs(summaries: list[Mapping[str, Any]], settings) -> list[d
         if not s.get("result"):
             continue
         rd = RunDir(Path(s["run_dir"]), s["run_id"])
-        suite = load_suite(s["suite"], settings)
+        suite = load_suite(s["suite"], settings.catalog_path)
         params = (rd.read("plan.json") or {}).get("params") or {}
         q = Quarantine.for_settings(settings) if health_for(suite, params).quarantine else None
         doc = Decisions.from_run_dir(rd, suite, quarantine=q).after_aggregate(rd.path, load_result(rd.file("result.json")))

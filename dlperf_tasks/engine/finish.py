@@ -13,8 +13,9 @@ from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.outputs import aggregate, cell_rows, collect, result_table
 from dlperf_tasks.engine.rundir import RunDir, now_iso, write_json
 from dlperf_tasks.engine.runset import RunEntry, RunSet
-from dlperf_tasks.engine.setup import load_cluster, load_suite
-from dlperf_tasks.engine.storeaccess import open_store
+from dlperf_tasks.engine.clusterconf import load_cluster
+from dlperf_tasks.catalog.loader import load_suite
+from dlperf_tasks.engine.storeaccess import engine_store
 from dlperf_tasks.core.model import Trial
 from dlperf_tasks.core.safeurl import safe_url
 from dlperf_tasks.report.result_json import trial_from_record
@@ -64,7 +65,7 @@ def aggregate_runs(run_set: RunSet | Mapping[str, Any], collected: Mapping[str, 
             summaries.append({"run_id": run.run_id, "suite": run.suite, "result": None, "cells": [],
                               "run_dir": run.run_dir})
             continue
-        result = aggregate(rd, results, load_suite(run.suite, settings), source,
+        result = aggregate(rd, results, load_suite(run.suite, settings.catalog_path), source,
                            {"dag_run_id": group_run_id} if group_run_id else None, settings=settings)
         summaries.append({"run_id": run.run_id, "suite": run.suite, "result": str(rd.file("result.json")),
                           "run_dir": run.run_dir, "cells": cell_rows(result),
@@ -102,7 +103,7 @@ def publish(run_set: RunSet | Mapping[str, Any], summaries: list[Mapping[str, An
     dry_run = RunSet.of(run_set).dry_run
     published: list[dict[str, Any]] = []
     todo = [s for s in summaries if s.get("result")] if not dry_run else []
-    store = open_store(settings) if todo else None
+    store = engine_store(settings) if todo else None
     for s in todo:
         where = publish_run(store, RunDir(Path(s["run_dir"]), s["run_id"]), settings)
         published.append({"run_id": s["run_id"], "suite": s["suite"], "location": where, "run_dir": s["run_dir"],
@@ -161,7 +162,7 @@ def clean_runs(runs: list[RunEntry], trial_keys: list[str], settings) -> tuple[l
     problems: list[str] = []
     with SSHPool(cluster) as pool:
         for run in runs:
-            suite = load_suite(run.suite, settings)
+            suite = load_suite(run.suite, settings.catalog_path)
             runtime = make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher)
             done, bad = nodeclean.clean_run(pool, runtime, list(cluster.names), run.run_id, list(trial_keys))
             cleaned.update(done)

@@ -22,7 +22,8 @@ from typing import Any, Callable, Mapping
 from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.runset import TrialItem
-from dlperf_tasks.engine.setup import load_cluster, load_suite
+from dlperf_tasks.engine.clusterconf import load_cluster
+from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.remote.local import launch_specs
@@ -41,7 +42,7 @@ from dlperf_tasks.remote.allocation import renew_all
 from dlperf_tasks.engine.progress import Display
 from dlperf_tasks.engine.staging import trials_done
 from dlperf_tasks.engine.decisions import Decisions
-from dlperf_tasks.engine.storeaccess import open_store
+from dlperf_tasks.engine.storeaccess import engine_store
 from dlperf_tasks.store.staging import TRIALS_DIR, Staging
 from dlperf_tasks.report.result_json import trial_record
 from dlperf_tasks.remote.trial import abort_trial
@@ -60,7 +61,7 @@ def dry_run_commands(item: TrialItem | Mapping[str, Any], settings) -> list[str]
     """The shell-quoted commands a trial would run on each node (shown by dry runs)."""
     item = TrialItem.of(item)
     trial = item.trial
-    _, specs = launch_specs(trial, get(trial.cell.framework), load_suite(item.suite, settings).launcher)
+    _, specs = launch_specs(trial, get(trial.cell.framework), load_suite(item.suite, settings.catalog_path).launcher)
     return [spec.shell() for _, spec in specs]
 
 
@@ -211,7 +212,7 @@ def before_trial(item: TrialItem | Mapping[str, Any], trial: Trial, suite, rd: R
     SKIPPED record when the adaptive rule stopped its cell, else None. The cell's earlier records
     come from the run's staging area first (no shared disk between the trial tasks)."""
     def fetch(trials: list[Trial]) -> None:
-        Staging(open_store(settings), rd.run_id).pull(rd.path, only=[f"{TRIALS_DIR}/{t.key}.json" for t in trials])
+        Staging(engine_store(settings), rd.run_id).pull(rd.path, only=[f"{TRIALS_DIR}/{t.key}.json" for t in trials])
 
     return Decisions.from_run_dir(rd, suite).before_trial(trial, fetch=fetch)
 
@@ -233,7 +234,7 @@ def start_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int
     done = rd.reusable(trial)
     if done is not None:  # a re-run of the scheduled run: this trial already has a valid result
         return {"record": {**trial_record(done), "reused": True}}
-    suite = load_suite(item.suite, settings)
+    suite = load_suite(item.suite, settings.catalog_path)
     if (skip := before_trial(item, trial, suite, rd, settings)) is not None:  # issue 17: the cell's median is known
         return {"record": trial_record(skip)}
     display = display or display_for(item, log, settings)
@@ -259,7 +260,7 @@ def finish_item(item: TrialItem | Mapping[str, Any], settings, state: Mapping[st
     item = TrialItem.of(item)
     rd = RunDir(Path(item.run_dir), item.run_id)
     display = display or display_for(item, log, settings)
-    res = finish_leased(state, verdict, load_suite(item.suite, settings), rd, settings, display=display, pool=pool)
+    res = finish_leased(state, verdict, load_suite(item.suite, settings.catalog_path), rd, settings, display=display, pool=pool)
     return _record(item, rd, res, display, try_number, max_tries)
 
 

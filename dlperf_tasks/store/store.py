@@ -52,9 +52,7 @@ class Store:
     # ------------------------------------------------------------------ constructors
     @classmethod
     def default(cls, **kw) -> "Store":
-        """The configured store (:meth:`Settings.load`), opened the one way (store/opener.py)."""
-        from dlperf_tasks.store.opener import open_store  # the opener imports this module
-
+        """The configured store (:meth:`Settings.load`), opened the one way (:func:`open_store`)."""
         return open_store(Settings.load(), **kw)
 
     @classmethod
@@ -345,3 +343,13 @@ def _iso(v: Any) -> str | None:
 def _cmp_key(ts: str) -> str:
     """Comparable form of dates/ISO timestamps (dates compare as their midnight)."""
     return ts.replace(" ", "T")
+
+
+def open_store(settings, **overrides) -> Store:
+    """The one way from settings (:class:`dlperf_tasks.core.settings.Settings`) to a Store: the store of
+    ``settings.store_url``, redacting as ``settings`` says (raises StoreError); credentials come from the
+    environment or connections, never the URL. Keyword ``overrides`` that are not None (``redaction=``
+    from ``--redact``, ``inventory=``) win. ``Store.from_url`` / ``Store.from_settings`` stay the
+    constructors for a URL or a store mapping."""
+    kw = {"redaction": settings.redaction_spec, **{k: v for k, v in overrides.items() if v is not None}}
+    return Store.from_settings(settings.store_url, **kw)

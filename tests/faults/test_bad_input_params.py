@@ -216,7 +216,7 @@ def test_real_airflow_params_dict_refuses_bad_conf_naming_the_param():
     """Airflow's own validation of the DAG's params (what the UI form and the REST trigger use)."""
     from airflow.sdk.definitions.param import ParamsDict, ParamValidationError
 
-    from dlperf_tasks.airflow.params import dag_params
+    from dlperf_tasks.airflow.form import dag_params
 
     # image_tag and xla are fields only of DAGs whose suites have them (issue 26.6 form)
     for conf, name, suites in [({"topologies": ["1n1g; id"]}, "topologies", ["smoke"]), ({"trials": 0}, "trials", ["smoke"]),
@@ -291,7 +291,8 @@ def test_form_marks_no_field_required_and_shows_the_suites_defaults():
     (FlexibleForm: ``!!type && (!Array.isArray(type) || !type.includes("null"))``): every dlperf
     field is optional. Enum fields label their empty value; descriptions carry the suites'
     defaults and the number of trials a run plans with them; empty values mean the defaults."""
-    from dlperf_tasks.airflow.params import dag_params, defaults, schemas
+    from dlperf_tasks.airflow.form import dag_params
+    from dlperf_tasks.airflow.params import defaults, schemas
 
     for name, schema in schemas(["smoke"]).items():
         t = schema.get("type")

@@ -66,7 +66,7 @@ def test_the_form_schema_bounds_lists_and_node_counts(conf, param):
     from airflow.sdk.definitions.param import ParamsDict
     from airflow.sdk.exceptions import ParamValidationError
 
-    from dlperf_tasks.airflow.params import dag_params
+    from dlperf_tasks.airflow.form import dag_params
 
     pd = ParamsDict(dag_params(["smoke"]))
     with pytest.raises(ParamValidationError, match=param):

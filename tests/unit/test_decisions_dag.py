@@ -11,7 +11,7 @@ import pytest
 import json
 
 from dlperf_tasks.engine import decisions as D
-from dlperf_tasks.engine.setup import load_suite
+from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.engine.trials import before_trial, start_item
 from dlperf_tasks.report.result_json import trial_from_record, trial_record
 from dlperf_tasks.policy.adaptive import AdaptivePolicy
@@ -84,7 +84,7 @@ def _cell_trial():
 def test_adaptive_skip_reads_the_cells_records(local):
     rd, items = _planned(local, adaptive=True)
     trials = [Trial.from_dict(i["trial"]) for i in items]
-    suite = load_suite("smoke", local)
+    suite = load_suite("smoke", local.catalog_path)
 
     def skip(i: int, run_dir=rd):
         return before_trial(items[i], trials[i], suite, run_dir, local)
