@@ -15,7 +15,6 @@ that finds it there imports neither PyYAML nor the checks (issue 28.2).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 
 from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.core.catalog_path import site_dirs
@@ -124,7 +123,8 @@ def find_suite_file(suite_id: str, extra_dirs: list[str | os.PathLike] | None = 
     return None
 
 
-def load_suite(id_or_path: str | os.PathLike, extra_dirs: Iterable[str | os.PathLike] | None = None) -> Suite:
+def load_suite(id_or_path: str | os.PathLike,
+               extra_dirs: list[str | os.PathLike] | tuple[str | os.PathLike, ...] | None = None) -> Suite:
     """Load a suite by id (searched on the catalog path: ``extra_dirs``, e.g. ``settings.catalog_path``,
     then the site and built-in directories) or by file path."""
     extra_dirs = list(extra_dirs or ()) or None
