@@ -13,7 +13,7 @@ Task graph (same for every DAG)::
          -> confirm_plan -> confirm_trigger (mapped: one follow-up run per regression finding)
     cleanup: a teardown that always runs (stops leftovers, cleans the nodes)
 
-Issue 17 (docs/decisions.md): a trial beyond a cell's minimum records itself SKIPPED when the
+Adaptive trials (docs/decisions.md): a trial beyond a cell's minimum records itself SKIPPED when the
 adaptive rule stopped its cell (the engine trial step calls the hooks of dlperf_tasks/engine/decisions.py); aggregate
 adds node health (and quarantines suspects when asked); a regression finding triggers this DAG
 again with conf ``{"confirm": plan}``, whose plan step plans the A/B trials
@@ -38,7 +38,7 @@ from dlperf_tasks.airflow import tasks
 from dlperf_tasks.airflow import notifier
 from dlperf_tasks.airflow.operators import ConfirmTriggerOperator, TrialOperator
 from dlperf_tasks.airflow.lazy import lazy_module
-# the layers below run inside the tasks only: lazy modules keep them out of every DAG parse (issue 28.4)
+# the layers below run inside the tasks only: lazy modules keep them out of every DAG parse
 abconfirm, decisions = lazy_module("dlperf_tasks.engine.abconfirm"), lazy_module("dlperf_tasks.engine.decisions")
 finish, setup = lazy_module("dlperf_tasks.engine.finish"), lazy_module("dlperf_tasks.engine.setup")
 staging, runset = lazy_module("dlperf_tasks.engine.staging"), lazy_module("dlperf_tasks.engine.runset")
@@ -318,7 +318,7 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
                         retry_delay=_dt.timedelta(seconds=20), execution_timeout=_dt.timedelta(seconds=trial_timeout),
                         map_index_template="{{ task.item.trial_id }}")
         trials = TrialOperator.partial(task_id="trial", **trial_kw).expand(item=planned)
-        # adaptive trials (issue 17): each cell's trials beyond its minimum start once the first ones
+        # adaptive trials: each cell's trials beyond its minimum start once the first ones
         # finished, read their records and run only while the cell's median is not known well enough
         more = TrialOperator.partial(task_id="trial_more", **trial_kw).expand(item=more_items(planned["more"]))
         prepared >> trials >> more

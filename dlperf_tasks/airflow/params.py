@@ -92,7 +92,7 @@ def schemas(suite_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
             "values_display": {"null": "the [dlperf] policy", "continue": "continue", "fail_fast": "fail_fast"},
             "description": "continue: record failed/invalid trials and go on; fail_fast: stop the run at the first one.",
         },
-        # issue 17 in the DAG (docs/decisions.md; dlperf_tasks/engine/decisions.py, abconfirm.py)
+        # adaptive trials and node health in the DAG (docs/decisions.md; dlperf_tasks/engine/decisions.py, abconfirm.py)
         "adaptive": {
             "type": ["null", "boolean", "number"], "exclusiveMinimum": 0, "maximum": 0.5, "title": "Adaptive trials",
             "description": "true or a CI width (0.01 = 1 %): stop a cell's trials once its median is known; "

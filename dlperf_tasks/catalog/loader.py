@@ -9,7 +9,7 @@ because Airflow's DAG processor calls it on every parse. The built-in suites ski
 Schema pass (jsonschema's import alone is ~50 ms of every command's start-up); the unit tests
 run it on each of them, and every file from ``$DLPERF_CATALOG_PATH`` or a path gets it. A
 built-in suite is also kept parsed on disk (:mod:`dlperf_tasks.catalog.suitecache`): a command
-that finds it there imports neither PyYAML nor the checks (issue 28.2).
+that finds it there imports neither PyYAML nor the checks.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A suite's source patches, applied for real (issue 24.3).
+"""A suite's source patches, applied for real.
 
 A patch with ``file:`` names a unified diff among the catalog data files
 (``dlperf_tasks/catalog/data/<name>.diff``, or a site suite's own ``data/``), made against the

@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                         measure=window.measure if args.measure_iters is None else args.measure_iters, rule=window.rule)
     if args.speed_rule is not None:
         window = dataclasses.replace(window, rule=args.speed_rule)
-    # build only what the output needs (issue 28.1): per-sample rows only for the result JSON, and
+    # build only what the output needs: per-sample rows only for the result JSON, and
     # then serialised into a spool file as each trial is gated (memory: the largest trial's)
     wants_doc = bool(args.output) or args.format == "json"
     spool = None

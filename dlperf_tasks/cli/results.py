@@ -197,7 +197,7 @@ def cmd_show(args) -> int:
     from dlperf_tasks.engine.decisions import summary_lines
     from dlperf_tasks.history import confirm
 
-    confirmed = store.read_annotation(args.run_id, confirm.ANNOTATION)  # A/B verdicts (H8)
+    confirmed = store.read_annotation(args.run_id, confirm.ANNOTATION)  # A/B verdicts
     if args.format == "json":
         _render(rows, "json", doc={"run": run, "cells": rows, "regressions": regress, "confirmations": confirmed})
         return 0

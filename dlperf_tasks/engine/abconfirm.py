@@ -1,4 +1,4 @@
-"""A/B confirmation of a regression finding (issue 17.1), for both drivers.
+"""A/B confirmation of a regression finding, for both drivers.
 
 The finding's plan (:class:`dlperf_tasks.history.confirm.ConfirmPlan`, the same plan
 ``dlperf confirm --plan-only`` prints) runs image A (the previous good run's, by digest) and

@@ -73,7 +73,7 @@ def write_outputs(rd: RunDir, results: list[TrialResult], meta: dict[str, Any], 
                           "trials": [r.to_dict() for r in reports], **({"error": problem} if problem else {})}
     summaries = hooks.before_aggregate(rd.path, results, transports)
     if suite is not None and hasattr(suite, "launch_metadata"):
-        meta["launch"] = suite.launch_metadata()  # model config shipped, optimizer, max_iter, accumulation (H4)
+        meta["launch"] = suite.launch_metadata()  # model config shipped, optimizer, max_iter, accumulation
     result = build_result(cell_stats(results), meta, dlperf_model=dlperf_model_key(suite))
     history, why = loss_history_from_store(settings, meta.get("suite") or getattr(suite, "id", None),
                                            {**meta, "run_id": rd.run_id})

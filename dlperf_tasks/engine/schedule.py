@@ -30,7 +30,7 @@ class Batch:
     poll_s: float = 0.25
     unreachable_grace_s: float = 8.0
     stop: threading.Event = field(default_factory=threading.Event)
-    decisions: object = None  # dlperf_tasks.engine.decisions.Decisions: adaptive trials, quarantine (H8)
+    decisions: object = None  # dlperf_tasks.engine.decisions.Decisions: adaptive trials, quarantine
 
 
 def run_locally(todo: list[Trial], b: Batch) -> list[TrialResult]:

@@ -81,7 +81,7 @@ def prepare_nodes(rd: RunDir, suite, cluster, pool, nodes: list[str], *, image: 
     runtime = make_runtime(suite.container, image=image, registry=cluster.registry, launcher=suite.launcher,
                            ssh_port=ssh_port or cluster.mpi_ssh_port)
     facts = runtime.prepare(pool, nodes)
-    # catalog data the suite's command reads (e.g. pytorch-bert's BERT-base config): H4, catalog/nodefiles.py
+    # catalog data the suite's command reads (e.g. pytorch-bert's BERT-base config): catalog/nodefiles.py
 
     for n in nodes:
         put_node_files(pool, n, cluster.node(n).workdir, suite)

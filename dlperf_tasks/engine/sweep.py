@@ -55,7 +55,7 @@ class SweepOptions:
     work_dir: str | None = None  # set: quarantine persists (the settings' store, else <work_dir>/quarantine.json);
     # None: quarantine lasts this sweep
     progress: TextIO | None = field(default_factory=lambda: sys.stderr)
-    settings: Any = None  # dlperf settings: their store's index gives each cell's loss history (issue 16.5)
+    settings: Any = None  # dlperf settings: their store's index gives each cell's loss history
 
 
 @dataclass

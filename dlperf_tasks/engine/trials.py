@@ -141,7 +141,7 @@ def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None
     (the caller waits elsewhere, e.g. a deferred task without a worker slot, and calls again)."""
     cluster = pool.cluster if pool is not None else load_cluster(settings)
     topo = trial.cell.topology
-    fits = usable_nodes(cluster, trial, rd, settings)  # A/B: pinned nodes; else not quarantined, spread (issue 17)
+    fits = usable_nodes(cluster, trial, rd, settings)  # A/B: pinned nodes; else not quarantined, spread
     if len(fits) < topo.nodes:
         raise NonRetriable(f"trial {trial.id}: cluster {cluster.name} has no {topo.nodes} nodes with "
                            f"{topo.gpus_per_node} GPUs")
@@ -235,7 +235,7 @@ def start_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int
     if done is not None:  # a re-run of the scheduled run: this trial already has a valid result
         return {"record": {**trial_record(done), "reused": True}}
     suite = load_suite(item.suite, settings.catalog_path)
-    if (skip := before_trial(item, trial, suite, rd, settings)) is not None:  # issue 17: the cell's median is known
+    if (skip := before_trial(item, trial, suite, rd, settings)) is not None:  # the cell's median is known
         return {"record": trial_record(skip)}
     display = display or display_for(item, log, settings)
     if settings.is_local:

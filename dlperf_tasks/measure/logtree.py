@@ -1,6 +1,6 @@
 """A log tree on disk or in a tar archive: list its regular files, stream one file's bytes, safely.
 
-Safety (issue 13.6): only regular files are read (a FIFO, a device or a symlink to ``/dev/zero``
+Safety: only regular files are read (a FIFO, a device or a symlink to ``/dev/zero``
 is listed as not used, never opened for reading; a file is opened with ``O_NONBLOCK`` and
 checked with ``fstat`` so one swapped for a FIFO after listing cannot block either); a symlink
 is followed only when its target is a regular file inside the tree (never outside: none of an

@@ -1,6 +1,6 @@
 """Steady state within a trial's measured window, and loss sanity against a cell's history.
 
-Steady state (issue 16.4): a trial is *trending* when the per-iteration speed of its measured
+Steady state: a trial is *trending* when the per-iteration speed of its measured
 window still moves, judged two ways that must both agree:
 
 * Mann-Kendall rank trend test (two-sided, normal approximation with the tie correction):

@@ -337,7 +337,7 @@ def validate(result: Mapping[str, Any], where: str = "result") -> None:
     if version != SCHEMA_VERSION:
         raise ResultFormatError(
             f"{where}: unsupported schema_version {version!r} (this dlperf reads schema_version {SCHEMA_VERSION})")
-    import jsonschema  # ~80 ms to import: only commands that write or read a result file pay it (issue 28.2)
+    import jsonschema  # ~80 ms to import: only commands that write or read a result file pay it
 
     try:
         jsonschema.validate(result, SCHEMA)
@@ -375,7 +375,7 @@ def dlperf_view(res) -> dict[str, Any]:
     (:func:`dlperf_tasks.report.markdown.dlperf_text_lines`): each cell's kind, topology, median and
     memory, its trials' index, id, status, validity, reason, value and log, and the seeds' dict. The
     same values as the whole document (tests/unit/test_result_stream.py); no run id, no per-trial
-    metric details, no samples: ~15 % of the command on 314 PyTorch logs (issue 28.1)."""
+    metric details, no samples: ~15 % of the command on 314 PyTorch logs."""
     cells = res.cells
     dl = dlperf_dict(cells, dlperf_model_key(res.suite))
     lat = _latency_dict(cells)

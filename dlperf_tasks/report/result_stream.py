@@ -1,4 +1,4 @@
-"""Write a result JSON with its per-sample data streamed, not held (issue 28.1, 28.3).
+"""Write a result JSON with its per-sample data streamed, not held.
 
 :func:`dlperf_tasks.report.result_json.dumps` needs every trial's samples as row lists in one
 document: for a large log tree that is most of the memory and a third of ``dlperf extract``'s time

@@ -1,4 +1,4 @@
-"""Bad input: injection strings in every value that reaches a shell or a path (issue 6).
+"""Bad input: injection strings in every value that reaches a shell or a path.
 
 Values that are legitimately free text (launcher ``extra_args``, ``script``, launcher and suite
 ``env`` values, the node's workdir, run ids, node names) must reach the program LITERALLY, one

@@ -1,5 +1,5 @@
 """Bad input: run parameters out of range, of the wrong type, unknown topology/suite/field,
-and injection strings (issue 6, "params out of range or of the wrong type, unknown topology or
+and injection strings ("params out of range or of the wrong type, unknown topology or
 suite").
 
 Three real entry points take run parameters, and each is driven here:
@@ -218,7 +218,7 @@ def test_real_airflow_params_dict_refuses_bad_conf_naming_the_param():
 
     from dlperf_tasks.airflow.form import dag_params
 
-    # image_tag and xla are fields only of DAGs whose suites have them (issue 26.6 form)
+    # image_tag and xla are fields only of DAGs whose suites have them
     for conf, name, suites in [({"topologies": ["1n1g; id"]}, "topologies", ["smoke"]), ({"trials": 0}, "trials", ["smoke"]),
                                ({"batch_sizes": ["x"]}, "batch_sizes", ["smoke"]),
                                ({"image_tag": "`id`"}, "image_tag", ["pytorch-bert"]),

@@ -1,4 +1,4 @@
-"""Bad input: plans too big to exist (issue 13, item 5).
+"""Bad input: plans too big to exist.
 
 ``--trials 9999999999``, a 32-digit node count, a conf topology ``99999999999n8g`` (it fitted the
 form's maxLength) used to make planning loop and take gigabytes, and batch sizes 1..4096 x 20

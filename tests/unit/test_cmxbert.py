@@ -1,4 +1,4 @@
-"""Issue 28: the compiled MXNet BERT scanner (``dlperf_tasks/frameworks/_cmxbert.c``) gives exactly what
+"""The compiled MXNet BERT scanner (``dlperf_tasks/frameworks/_cmxbert.c``) gives exactly what
 the pure-Python path gives (``mxnet_bert._cmxbert`` set to None): the same ``_BULK`` split, the same
 ParsedLog, the same extract results; it falls back (None) on whatever it does not read exactly."""
 

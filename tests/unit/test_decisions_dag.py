@@ -1,4 +1,4 @@
-"""Issue 17 in the DAG path, the engine-side pieces without a cluster: the decisions' hook before
+"""Adaptive trials and node health in the DAG path, the engine-side pieces without a cluster: the decisions' hook before
 a mapped trial (real run dir, real file store staging; SKIPPED status, old records still readable) and lease candidates (quarantine, pinned A/B
 nodes, spreading). The A/B confirmation's DAG pieces: tests/unit/test_abconfirm.py."""
 

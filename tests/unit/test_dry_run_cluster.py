@@ -1,4 +1,4 @@
-"""Issue 24.5: ``dlperf sweep --dry-run --cluster INVENTORY`` prints the commands a real sweep would run on
+"""``dlperf sweep --dry-run --cluster INVENTORY`` prints the commands a real sweep would run on
 each named node (one builder: remote.trial.trial_commands), refuses a missing inventory or a topology it
 cannot fit, and masks secret-looking environment values."""
 

@@ -1,4 +1,4 @@
-"""The README's commands as a newcomer pastes them (issue 26.5): the block marked
+"""The README's commands as a newcomer pastes them: the block marked
 ``<!-- tested: tests/unit/test_readme_commands.py -->`` runs line by line in bash, as printed
 (quoting included; ``dlperf`` is this checkout), except lines marked ``(needs your cluster)``,
 which are parsed by the real ``dlperf`` parser; and every ``dlperf`` line of every README code block

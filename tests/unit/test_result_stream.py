@@ -1,5 +1,5 @@
 """The streamed result JSON (report/result_stream.py) is byte for byte the document result_json
-wrote before (issue 28.3), and ``dlperf extract`` holds no trial's samples once it is gated."""
+wrote before, and ``dlperf extract`` holds no trial's samples once it is gated."""
 
 from __future__ import annotations
 

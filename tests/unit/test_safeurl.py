@@ -1,4 +1,4 @@
-"""Issue 27.2: a store URL carrying credentials is never printed (only scheme, host, bucket,
+"""A store URL carrying credentials is never printed (only scheme, host, bucket,
 prefix and the store's non-secret parameters) and is refused on every scheme, in one line that
 does not repeat the secret."""
 

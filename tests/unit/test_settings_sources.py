@@ -1,4 +1,4 @@
-"""One way to each setting (issue 25.4): only dlperf_tasks/core/settings.py reads a ``DLPERF_*``
+"""One way to each setting: only dlperf_tasks/core/settings.py reads a ``DLPERF_*``
 variable; the store opens exactly the schemes the settings accept; only store/store.py's open_store turns
 settings into a Store."""
 
