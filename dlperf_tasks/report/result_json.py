@@ -337,7 +337,7 @@ def validate(result: Mapping[str, Any], where: str = "result") -> None:
     if version != SCHEMA_VERSION:
         raise ResultFormatError(
             f"{where}: unsupported schema_version {version!r} (this dlperf reads schema_version {SCHEMA_VERSION})")
-    import jsonschema  # ~80 ms to import: only commands that write or read a result file pay it
+    import jsonschema  # slow to import: only commands that write or read a result file pay it
 
     try:
         jsonschema.validate(result, SCHEMA)
