@@ -89,7 +89,7 @@ def env_of(result: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(v, (dict, list)):
             out[k] = v
         elif k == "nccl_transport" and v:
-            out["transport"] = ",".join(sorted({str(x.get("network")) for x in v.values()
+            out["transport"] = ",".join(sorted({str(x.get("network")) for x in (v.values() if isinstance(v, dict) else v)
                                                  if isinstance(x, dict) and x.get("network")})) or None
     return out
 
@@ -117,7 +117,7 @@ def run_ab(plan: C.ConfirmPlan, suite, cluster, out_root: str | os.PathLike, *, 
             if held is None and used:
                 held = used  # every later step runs on the nodes the first one got
                 plan.nodes = used
-            got = {r.trial.cell.id: (r.metric.value if r.valid else None) for r in res.all}
+            got = {r.trial.cell.id: (r.metric.value if r.valid and r.metric is not None else None) for r in res.all}
             for c in plan.cells:
                 values[variant][c].append(got.get(c))
             envs.setdefault(variant, env_of(res.result))

@@ -21,7 +21,7 @@ HEALTH_FILE = "node-health.json"
 
 def _result_row(r: TrialResult) -> dict[str, Any]:
     return {"index": r.trial.index, "trial_id": r.trial.id, "status": r.status.value,
-            "value": r.metric.value if r.valid else None, "node_names": list(r.nodes),
+            "value": r.metric.value if r.valid and r.metric is not None else None, "node_names": list(r.nodes),
             "exit_codes": dict(r.exit_codes), "reason": r.reason}
 
 

@@ -71,7 +71,7 @@ def stop_reason(trial: Trial, earlier: list[TrialResult | None], policy: ad.Adap
     if trial.index > policy.cap(size):
         return f"the policy's maximum of {policy.cap(size)} trial(s) per cell"
     for r in earlier:
-        if is_skipped(r):
+        if r is not None and is_skipped(r):
             return r.reason
     done = [r for r in earlier if r is not None]
     d = ad.decide(trial.cell.id, [r.metric.value if r.valid and r.metric else None for r in done], policy, size)
@@ -129,8 +129,8 @@ class Decisions:
 
     @classmethod
     def from_run_dir(cls, rd: RunDir, suite, *, params: Mapping[str, Any] | None = None,
-                     health: nh.HealthConfig | None = None, quarantine: Quarantine | str | None = None,
-                     nodes: Iterable[str] = (), records: Iterable[TrialResult] | None = None) -> "Decisions":
+                     health: nh.HealthConfig | None = None,
+                     quarantine: Quarantine | str | os.PathLike | None = None, nodes: Iterable[str] = (), records: Iterable[TrialResult] | None = None) -> "Decisions":
         """The run's decisions from its run dir: the planned trials (plan.json), the policy
         (``params``, else plan.json's params, else the suite's fields; none for an A/B
         confirmation run) and the trial records there (``records``: only these, e.g. the ones a
@@ -290,7 +290,10 @@ class Decisions:
                 self.quarantined[node] = evidence
                 if self.quarantine is not None:
                     self.quarantine.add(node, evidence, self.run_id)
-        write_docs(run_dir if run_dir is not None else self.rd.path, result, s.get("adaptive"), s["node_health"])
+        where = run_dir if run_dir is not None else self.rd.path if self.rd is not None else None
+        if where is None:
+            raise ValueError("after_aggregate: no run dir (give run_dir, or build the decisions with rd)")
+        write_docs(where, result, s.get("adaptive"), s["node_health"])
         return s
 
 

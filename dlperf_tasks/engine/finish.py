@@ -56,7 +56,7 @@ def aggregate_runs(run_set: RunSet | Mapping[str, Any], collected: Mapping[str, 
                    group_run_id: str | None = None) -> list[dict[str, Any]]:
     """result.json + report.md + plots + index files + NCCL transports + stragglers per run."""
     run_set = RunSet.of(run_set)
-    summaries = []
+    summaries: list[dict[str, Any]] = []
     for run in run_set.runs:
         rd = _rundir(run)
         trials = [Trial.from_dict(t) for t in collected["trials"].get(run.run_id, [])]

@@ -9,7 +9,11 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Hashable
 
+from dlperf_tasks.catalog.model import Suite
+from dlperf_tasks.engine.decisions import Decisions
+from dlperf_tasks.engine.progress import Display
 from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.trials import run_local, run_on_nodes
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
@@ -21,16 +25,16 @@ from dlperf_tasks.policy.scheduler import Job, Scheduler
 class Batch:
     """What the scheduler needs besides the trials."""
 
-    suite: object
+    suite: Suite
     rd: RunDir
-    display: object
+    display: Display
     policy: str = "packed"
     cooldown_s: float = 0.0
     retries: int = 1
     poll_s: float = 0.25
     unreachable_grace_s: float = 8.0
     stop: threading.Event = field(default_factory=threading.Event)
-    decisions: object = None  # dlperf_tasks.engine.decisions.Decisions: adaptive trials, quarantine
+    decisions: Decisions | None = None  # dlperf_tasks.engine.decisions.Decisions: adaptive trials, quarantine
 
 
 def run_locally(todo: list[Trial], b: Batch) -> list[TrialResult]:
@@ -58,17 +62,17 @@ class _Loop:
 
     def __init__(self, todo: list[Trial], b: Batch, cluster, held: list[str], pool, down: dict[str, str]):
         self.b, self.cluster, self.held, self.pool, self.down = b, cluster, held, pool, down
-        self.by_id = {t.id: t for t in todo}
+        self.by_id: dict[Hashable, Trial] = {t.id: t for t in todo}
         self.dec = b.decisions
         first = todo if self.dec is None else self.dec.initial()
         self.sched = Scheduler([Job.from_trial(t) for t in first],
                                {n: cluster.node(n).gpus for n in [*held, *down]}, b.policy, b.cooldown_s)
         for n in down:  # unreachable at the start: counted as down, so the reason names them
             self.sched.mark_down(n)
-        self.attempts: dict[str, int] = {}
+        self.attempts: dict[Hashable, int] = {}
         self.ran: list[TrialResult] = []
         self.skipped: list[TrialResult] = []
-        self.last: dict[str, TrialResult] = {}
+        self.last: dict[Hashable, TrialResult] = {}
 
     def drop_impossible(self) -> None:
         sched = self.sched

@@ -86,7 +86,7 @@ def start_run(suite, plan, out_dir, opts: SweepOptions, cluster_name: str) -> Ru
     """The run dir with its plan.json (run id kept on a re-run into the same directory)."""
     rd = RunDir.at(out_dir, opts.run_id, suite=suite.id)
     prev = rd.read("plan.json") or {}
-    started = prev.get("started_at") if prev.get("run_id") == rd.run_id and prev.get("started_at") else now_iso()
+    started = str(prev["started_at"]) if prev.get("run_id") == rd.run_id and prev.get("started_at") else now_iso()
     write_plan(rd, plan.to_dict(), params={**plan.overrides.to_dict(), "policy": opts.policy}, dag=suite.dag,
                dag_run_id=opts.dag_run_id, started_at=started, policy=opts.policy, cluster=cluster_name)
     return rd
