@@ -9,7 +9,7 @@ because Airflow's DAG processor calls it on every parse. The built-in suites ski
 Schema pass (jsonschema's import alone is ~50 ms of every command's start-up); the unit tests
 run it on each of them, and every file from ``$DLPERF_CATALOG_PATH`` or a path gets it. A
 built-in suite is also kept parsed on disk (:mod:`dlperf_tasks.catalog.suitecache`): a command
-that finds it there imports neither PyYAML nor the checks.
+that finds it there imports neither PyYAML nor the checks (issue 28.2).
 """
 
 from __future__ import annotations
@@ -123,11 +123,8 @@ def find_suite_file(suite_id: str, extra_dirs: list[str | os.PathLike] | None = 
     return None
 
 
-def load_suite(id_or_path: str | os.PathLike,
-               extra_dirs: list[str | os.PathLike] | tuple[str | os.PathLike, ...] | None = None) -> Suite:
-    """Load a suite by id (searched on the catalog path: ``extra_dirs``, e.g. ``settings.catalog_path``,
-    then the site and built-in directories) or by file path."""
-    extra_dirs = list(extra_dirs or ()) or None
+def load_suite(id_or_path: str | os.PathLike, extra_dirs: list[str | os.PathLike] | None = None) -> Suite:
+    """Load a suite by id (searched on the catalog path) or by file path."""
     text = str(id_or_path)
     if isinstance(id_or_path, os.PathLike) or _looks_like_path(text):
         return load_file(text)

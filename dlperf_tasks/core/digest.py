@@ -1,4 +1,4 @@
-"""SHA-256 and SHA-1 without ``hashlib``'s start-up (start-up of ``dlperf extract``).
+"""SHA-256 and SHA-1 without ``hashlib``'s start-up (issue 28: start-up of ``dlperf extract``).
 
 ``import hashlib`` initialises OpenSSL (~4 ms, a tenth of the command's fixed cost); CPython's
 own modules (``_sha1``; ``_sha256`` up to 3.11, ``_sha2`` from 3.12: what hashlib itself falls

@@ -113,7 +113,7 @@ def _bars(n: int, rng: random.Random) -> str:
 
 @pytest.mark.parametrize("hint", _lines._CRASH_HINTS)
 def test_crash_shape_check_finds_every_hint_among_digit_noise(monkeypatch, hint):
-    """The digit-free line shapes hold a hint exactly when the text does, so skipping the
+    """Issue 28: the digit-free line shapes hold a hint exactly when the text does, so skipping the
     per-hint scan when the shapes hold none never loses a marker."""
     from dlperf_tasks.frameworks._stream import _SHAPES_FROM, _may_hold_hint
 
@@ -134,7 +134,7 @@ def test_crash_shape_check_finds_every_hint_among_digit_noise(monkeypatch, hint)
 
 
 def test_remembered_clean_shapes_never_hide_a_later_hint(monkeypatch):
-    """Shapes seen without a hint are remembered across logs (a tree's logs share most of
+    """Issue 28: shapes seen without a hint are remembered across logs (a tree's logs share most of
     theirs); a later log's hint is on a shape not remembered, so it is still found. Bounded."""
     from dlperf_tasks.frameworks import _stream
 
