@@ -71,8 +71,13 @@ class Samples:
 
     def __init__(self, samples: Any = ()) -> None:
         # one statement per column (not a loop over the names): a trial builds a few of these
-        self.iteration, self.value, self.unit, self.rank = [], [], [], []
-        self.timestamp, self.memory_mib, self._loss = [], [], []
+        self.iteration: list[int] = []
+        self.value: list[float] = []
+        self.unit: list[str] = []
+        self.rank: list[int] = []
+        self.timestamp: list[float | None] = []
+        self.memory_mib: list[float | None] = []
+        self._loss: list[Any] = []
         self._lazy: list[tuple[int, LazyFloats]] = []  # (offset in _loss, texts not converted yet)
         if samples:
             self.extend(samples)
@@ -172,7 +177,7 @@ class Samples:
             return list(self) == list(other)
         return NotImplemented
 
-    __hash__ = None  # mutable, like a list
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
 
     def __repr__(self) -> str:
         head = ", ".join(map(repr, self[:3]))

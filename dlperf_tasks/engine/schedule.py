@@ -111,6 +111,8 @@ class _Loop:
 
     def decide(self, r: TrialResult) -> None:
         """Adaptive trial count: queue the cell's next trial if needed; quarantine suspect nodes."""
+        if self.dec is None:
+            return
         nxt, bad = self.dec.after_trial(r)
         for t in nxt:
             self.sched.requeue(Job.from_trial(t), front=False)

@@ -231,7 +231,7 @@ def gate_run_logs(trial: Trial, run_dir: str | os.PathLike, window: Window | Non
 def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int | None = None,
                  window: Window | None = None, *, prefix: str | None = None,
                  progress: TextIO | Callable[[str], None] | None = None, keep_samples: bool = True,
-                 sample_sink: Callable[[TrialResult], Any] | None = None) -> ExtractResult:
+                 sample_sink: Callable[[Samples], Any] | None = None) -> ExtractResult:
     """Parse, gate and aggregate every trial found under ``log_dir`` with ``suite``'s framework.
 
     Memory: with ``keep_samples=False`` each trial's samples are dropped once it is

@@ -105,7 +105,7 @@ class LogTree:
 
     def _walk_tar(self) -> Iterator[str]:
         try:
-            for m in self.tar:  # iterating reads the member headers, not their data
+            for m in self.tar or ():  # iterating reads the member headers, not their data
                 rel = str(_posix_path(m.name.lstrip("./") or m.name))
                 if not m.isfile():
                     if m.name.endswith(".log"):
