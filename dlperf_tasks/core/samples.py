@@ -74,7 +74,7 @@ class Samples:
         self.iteration: list[int] = []
         self.value: list[float] = []
         self.unit: list[str] = []
-        self.rank: list[int] = []
+        self.rank: list[int | None] = []
         self.timestamp: list[float | None] = []
         self.memory_mib: list[float | None] = []
         self._loss: list[Any] = []
