@@ -1,6 +1,6 @@
 """Per-iteration measurements: :class:`Sample` (one) and :class:`Samples` (a column store of them).
 
-Why columns (issue 12.4, extraction speed): a 4n8g log has thousands of step lines, and one
+Why columns (extraction speed): a 4n8g log has thousands of step lines, and one
 object per line cost extraction ~20 % of its time (building them, then ``attrgetter`` passes in
 the gate and the metric). Parsers add whole columns (:meth:`Samples.add_columns`), the gate and
 the metrics read ``iteration``/``value``/... at C speed, and anything else sees a sequence of
