@@ -48,7 +48,7 @@ from dlperf_tasks.remote.runtime import remove_containers_command
 from dlperf_tasks.measure.extract import gate_run_logs
 
 log = logging.getLogger(__name__)
-__all__ = ["Progress", "run_trial", "start_trial", "finish_trial", "abort_trial", "LAUNCH_EXIT_CODES", "VANISHED"]
+__all__ = ["Progress", "TrialWatch", "run_trial", "start_trial", "finish_trial", "abort_trial", "LAUNCH_EXIT_CODES", "VANISHED"]
 
 
 @dataclass
@@ -309,31 +309,44 @@ def abort_trial(cluster: Cluster, state: Mapping[str, Any], pool: SSHPool, kill_
     return notes
 
 
+@dataclass
+class TrialWatch:
+    """How one in-process trial is watched: its attempt number, poll interval, time limits (None: the
+    suite's), how long a node may be unreachable, the kill's grace, where progress goes, and an event
+    that, set from outside (a SIGTERM handler), stops the trial like a kill."""
+
+    attempt: int = 1
+    poll_s: float = 0.25
+    timeout_s: float | None = None
+    hang_timeout_s: float | None = None
+    unreachable_grace_s: float = 8.0
+    kill_grace_s: float = 5.0
+    progress: Callable[[Progress], None] | None = None
+    stop_event: threading.Event | None = None
+
+
 def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_id: str, out_dir: str | os.PathLike,
               *, pool: SSHPool | None = None, runtime: HostRuntime | None = None,
-              facts: Mapping[str, NodeFacts] | None = None, attempt: int = 1, poll_s: float = 0.25,
-              timeout_s: float | None = None, hang_timeout_s: float | None = None,
-              unreachable_grace_s: float = 8.0, kill_grace_s: float = 5.0,
-              progress: Callable[[Progress], None] | None = None,
-              stop_event: threading.Event | None = None) -> TrialResult:
+              facts: Mapping[str, NodeFacts] | None = None, watch: TrialWatch | None = None) -> TrialResult:
     """Run ``trial`` on ``node_names`` in this process: :func:`start_trial`, the watcher's
     :func:`~dlperf_tasks.remote.jobpoll.wait`, :func:`finish_trial`; the gated result.
 
     ``out_dir`` receives the logs. ``pool``/``runtime``/``facts`` come from the sweep's
-    preparation; when omitted they are created here (host runtime facts probed).
-    ``stop_event`` set from outside (SIGTERM handler) stops the trial like a kill.
+    preparation; when omitted they are created here (host runtime facts probed). ``watch``: see
+    :class:`TrialWatch` (its defaults when None).
     """
+    w = watch or TrialWatch()
     own_pool = pool is None
     pool = pool or SSHPool(cluster)
     runtime = runtime or make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher,
                                       ssh_port=cluster.mpi_ssh_port)
     try:
         state = start_trial(cluster, node_names, trial, suite, run_id, pool=pool, runtime=runtime, facts=facts,
-                            attempt=attempt, timeout_s=timeout_s, hang_timeout_s=hang_timeout_s,
-                            unreachable_grace_s=unreachable_grace_s, progress=progress)
-        return watch_then_finish(pool, state, poll_s, stop_event, progress, lambda verdict: finish_trial(
-            cluster, state, verdict, suite, out_dir, pool=pool, runtime=runtime, kill_grace_s=kill_grace_s,
-            progress=progress))
+                            attempt=w.attempt, timeout_s=w.timeout_s, hang_timeout_s=w.hang_timeout_s,
+                            unreachable_grace_s=w.unreachable_grace_s, progress=w.progress)
+        return watch_then_finish(pool, state, w.poll_s, w.stop_event, w.progress, lambda verdict: finish_trial(
+            cluster, state, verdict, suite, out_dir, pool=pool, runtime=runtime, kill_grace_s=w.kill_grace_s,
+            progress=w.progress))
     finally:
         if own_pool:
             pool.close()
