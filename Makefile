@@ -6,7 +6,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: build-ext install install-smoke test-env test test-unit lint run serve bench clean
+.PHONY: build-ext fuzz install install-smoke test-env test test-unit lint run serve bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,12 +18,24 @@ $(VENV)/.installed: requirements.lock pyproject.toml setup.py $(wildcard dlperf_
 	$(BIN)/pip install -q -r requirements.lock
 	$(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=compat
 	$(BIN)/python -m compileall -q dlperf_tasks  # bytecode, as a wheel install has it (PYTHONDONTWRITEBYTECODE=1 shells never write it)
+	$(BIN)/dlperf catalog check dlperf_tasks/catalog/suites/*.yaml >/dev/null  # the built-in suites, schema included
+	$(BIN)/dlperf --version | tail -n 1  # which compiled scanners are in use (a failed build says so here)
 	touch $@
 
-# the C scanners (setup.py) after a change to a dlperf_tasks/frameworks/_c*.c file
+# the C scanners (setup.py) after a change to a dlperf_tasks/frameworks/_c*.c file: built by pip in an
+# isolated environment with pyproject's setuptools (the venv's own may be too old for its license field).
+# DLPERF_PURE_PYTHON=1 runs the pure-Python parsers instead, without rebuilding anything.
 build-ext: install
-	$(BIN)/python setup.py -q build_ext --inplace
+	$(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=compat
 	$(BIN)/python -m compileall -q dlperf_tasks
+	$(BIN)/dlperf --version | tail -n 1
+
+# the two C scanners built with AddressSanitizer/UndefinedBehaviorSanitizer, fed seeded random logs,
+# each result compared with the pure-Python parsers' (FUZZ_CASES, FUZZ_SEED to change the run)
+FUZZ_CASES ?= 3000
+FUZZ_SEED ?= 1
+fuzz: install
+	bash scripts/fuzz-scanners.sh $(abspath $(BIN))/python $(FUZZ_CASES) $(FUZZ_SEED)
 
 install-smoke: install $(VENV)/.installed-torch
 $(VENV)/.installed-torch: | $(BIN)/python

@@ -16,19 +16,17 @@ numbers only), so the conversion cannot fail and every value is finite.
 
 from __future__ import annotations
 
-from dlperf_tasks.core.records import record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
+from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any
 
 
-@record(slots=True)
+@dataclass(slots=True)
 class Sample:
     """One per-iteration measurement taken from a log (PerfKit-style: value + unit + metadata).
 
-    Treat as immutable. Not ``frozen``: a frozen slots dataclass costs ~0.8 us to build against
-    ~0.2 us (issue 12.4's 60 MB/s)."""
+    Treat as immutable (not ``frozen``: a log builds one per iteration, and a frozen dataclass's
+    ``__init__`` is several times slower)."""
 
     iteration: int
     value: float  # throughput (samples/s) or latency (ms/iteration), see ``unit``

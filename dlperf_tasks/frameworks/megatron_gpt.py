@@ -41,10 +41,7 @@ from dlperf_tasks.frameworks._lines import parse_float, round2
 from dlperf_tasks.frameworks._stream import LogStream, as_int
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Sample, Trial, TrialMetric, Window
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
+from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
 _ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _ELAPSED = re.compile(r"elapsed time per iteration \(ms\)\s*:\s*([^\s|]+)\s*\|")  # the "|" proves the value is whole
@@ -142,8 +139,6 @@ class MegatronGpt(Framework):
         }
         if nodes[node_rank].interface:
             env["NCCL_SOCKET_IFNAME"] = nodes[node_rank].interface
-        from dlperf_tasks.frameworks.launchspec import LaunchSpec  # lazy: dlperf extract launches nothing
-
         return LaunchSpec(argv=argv, env=L.env_from(settings, env), workdir=workdir)
 
     # ---- logs ------------------------------------------------------------

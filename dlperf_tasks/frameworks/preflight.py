@@ -20,13 +20,10 @@ one ``--data`` file per worker; DLE trains whatever ``--config_file`` describes 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 
 from dlperf_tasks.frameworks._precision import NUMPY_FLOATS, TF_DTYPES
 from dlperf_tasks.core.model import Cell
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Mapping
 
 #: the script each framework's launch runs (its flags follow it in the command)
 SCRIPTS = {"mxnet_bert": "run_pretraining.py", "mxnet_resnet50": "train_horovod.py", "pytorch_bert": "run_pretraining.py",

@@ -32,13 +32,10 @@ import math
 from bisect import bisect_right
 from collections import Counter
 from operator import sub
+from collections.abc import Mapping
 
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import MetricKind, ParsedLog, Samples, Trial, TrialMetric, TrialResult, TrialStatus, Window
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Mapping
 
 #: sample units whose value is a timestamp (may be 0 or negative relative times)
 _TIMESTAMP_UNITS = {"s"}

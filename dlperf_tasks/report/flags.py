@@ -7,10 +7,7 @@ table (engine/outputs.py) and report.md (report/markdown.py)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 # A cell whose trials spread more than this (stdev / mean) is flagged noisy: its median is not
 # worth comparing until the cause (thermal, a shared node, a straggler) is found.

@@ -23,13 +23,11 @@ speeds, dispersion, invalid trials) uses :mod:`.numbers`: 2 decimals, the CV as 
 from __future__ import annotations
 
 import pprint
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from dlperf_tasks.report.numbers import num2, pct
 from dlperf_tasks.report.flags import flags_lines
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Iterable, Iterator, Mapping
 
 _TP_HEADER = ["node_num", "gpu_num", "samples/s", "speedup"]
 _FULL_HEADER = ["node_num", "gpu_num", "median", "average", "min", "max", "stdev", "cv %",

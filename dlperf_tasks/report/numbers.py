@@ -6,10 +6,7 @@ the results page and ``make run``'s table use these."""
 from __future__ import annotations
 
 import math
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 
 def _finite(v: Any) -> float | None:

@@ -24,6 +24,9 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from pathlib import Path
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.core.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
@@ -32,10 +35,6 @@ from dlperf_tasks.measure.stats import CellStats, dlperf_dict, dlperf_round
 
 # (json, datetime and the atomic writer are imported where used: start-up of dlperf extract,
 # whose --format dlperf builds the document but never serialises it here)
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import Any, Callable, Iterable
 
 SCHEMA_VERSION = 1
 

@@ -22,11 +22,9 @@ import os
 import re
 import shutil
 import tempfile
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import IO, Any, Callable, Mapping
+from pathlib import Path
+from collections.abc import Callable, Mapping
+from typing import IO, Any
 
 _TOKEN = "@@dlperf-samples-{}@@"
 _TOKEN_RE = re.compile(r'"@@dlperf-samples-(\d+)@@"')

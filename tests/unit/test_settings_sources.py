@@ -24,7 +24,6 @@ PKG = ROOT / "dlperf_tasks"
 #: Modules that may read a DLPERF_ variable, and why (keep this list short).
 ALLOWED_READERS = {
     "dlperf_tasks/core/settings.py": "the one reader of every setting",
-    "dlperf_tasks/core/envkeys.py": "settings.py's one-key part (env_value), re-exported by it",
     # S3 keys are secrets, not settings: read where the client is built, so that no Settings
     # object, repr or log line ever holds them.
     "dlperf_tasks/store/s3backend.py": "DLPERF_S3_ACCESS_KEY_ID / _SECRET_ACCESS_KEY / _SESSION_TOKEN",
