@@ -253,8 +253,10 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
             """Cell statistics and every output (result.json, report.md, plots, NCCL transports,
             stragglers, index files) per run."""
             run_set = staging.enter(runset.RunSet.from_dict(plan), cfg)
-            out = finish.aggregate_runs(run_set, collected, cfg, source="dag", group_run_id=context["dag_run"].run_id)
-            for d in decisions.after_aggregate_runs(out, cfg):  # adaptive summary, node health, quarantine
+            decided = decisions.RunDecisions(cfg)  # adaptive summary, node health, quarantine
+            out = finish.aggregate_runs(run_set, collected, cfg, source="dag", group_run_id=context["dag_run"].run_id,
+                                        decide=decided)
+            for d in decided.done:
                 print(f"{d['run_id']}: suspect nodes {d['suspects'] or 'none'}, quarantined {d['quarantined'] or 'none'}"
                       + (f", adaptive trials {d['adaptive']['trials_used']} of {d['adaptive']['trials_max']}"
                          if d["adaptive"] else ""))

@@ -7,9 +7,10 @@ DAG) drives these steps, as plain functions over one run-directory model.
               schedule.run_scheduled(todo, batch, cluster, held, pool, runtime, facts)   (sweep: packing)
               trials.stop_trial(item, settings)
     collect   finish.collect_runs(run_set, records)            outputs.collect(rd, trials)
-    aggregate finish.aggregate_runs(run_set, collected, settings, source, group_run_id)
-              outputs.aggregate(rd, results, suite, source) -> result (result.json, report.md, plots,
-              index files, run.env.nccl_transport, run.stragglers)
+    aggregate finish.aggregate_runs(run_set, collected, settings, source, group_run_id, decide)
+              outputs.aggregate(rd, results, suite, source, decide=...) -> result (report.md, plots,
+              index files, run.env.nccl_transport, run.stragglers, the decisions' run.adaptive /
+              run.node_health; then result.json, once)
     publish   finish.publish(run_set, summaries, settings, group, dry_run_commands) (dry run: nothing)
     cleanup   finish.cleanup(run_set, settings)
 

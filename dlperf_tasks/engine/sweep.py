@@ -120,8 +120,9 @@ def run_sweep(suite, plan, cluster: Cluster | None, out_dir: str | os.PathLike, 
         ran, skipped = _on_cluster(suite, plan, cluster, todo, batch, opts)
     # aggregate what the trial records say, as the per-trial tasks' path does (one record format)
     recorded = [rd.load_trial(r.trial) or r for r in reused + ran + skipped]
-    result = aggregate(rd, recorded, suite, "sweep", settings=opts.settings)
-    dec.after_aggregate(rd.path, result)  # node health, quarantine, the decision documents (as the DAG's aggregate)
+    # node health, quarantine, the decision documents (as the DAG's aggregate), before result.json is written
+    result = aggregate(rd, recorded, suite, "sweep", settings=opts.settings,
+                       decide=lambda doc: dec.after_aggregate(rd.path, doc))
     return SweepResult(result, rd.path, ran, reused, skipped)
 
 

@@ -118,3 +118,32 @@ def test_usable_nodes_quarantine_pins_and_spread(tmp_path):
     assert usable_nodes(cluster, Trial(t.cell, 3), rd, settings) == ["node4", "node1", "node2"]
     rd.write("plan.json", {"nodes": ["node2"]})
     assert usable_nodes(cluster, Trial(t.cell, 3), rd, settings) == ["node2"]
+
+
+def test_result_json_is_written_once_with_the_decisions_in_it(tmp_path):
+    """The DAG's aggregate step: the decisions see the document before result.json exists, and the
+    one result.json written holds ``run.node_health`` / ``run.adaptive``."""
+    from dlperf_tasks.core.model import TrialMetric, TrialResult, TrialStatus
+    from dlperf_tasks.core.settings import Settings
+    from dlperf_tasks.engine import decisions, finish, setup
+    from dlperf_tasks.engine.rundir import RunDir
+    from dlperf_tasks.report.result_json import load_result
+
+    cfg = Settings(work_dir=str(tmp_path / "work"), store_url=f"file://{tmp_path / 'store'}")
+    out = setup.plan_runs("smoke", ["smoke"], {"topologies": ["1n1g"], "trials": 2, "adaptive": True}, cfg,
+                          group_run_id="once")
+    rd = RunDir(Path(out.runs[0].run_dir), out.runs[0].run_id)
+    docs = [rd.save_trial(TrialResult(i.trial, TrialStatus.OK, "", TrialMetric(10.0 + k), nodes=["local0"],
+                                      exit_codes={"local0": 0})) for k, i in enumerate(out.trials)]
+    decided = decisions.RunDecisions(cfg)
+    seen = []
+
+    def decide(rd_, suite, result):
+        seen.append(rd_.file("result.json").exists())
+        decided(rd_, suite, result)
+
+    finish.aggregate_runs(out, finish.collect_runs(out, docs), cfg, decide=decide)
+    assert seen == [False]
+    run = load_result(rd.file("result.json"))["run"]
+    assert run["node_health"]["suspects"] == [] and run["adaptive"]["trials_used"] == 2
+    assert [d["run_id"] for d in decided.done] == [rd.run_id]
