@@ -17,6 +17,11 @@ Format (``schema_version`` 1; documented in docs/TEAM_NOTES.md "Result JSON")::
 ``samples`` are ``[iteration, value]`` or ``[iteration, value, rank]`` (rank when the log
 names it); non-finite raw values are written as the strings ``"NaN"``, ``"Infinity"``,
 ``"-Infinity"`` so the file stays strict JSON.
+
+This module owns what a trial and a cell become in the document (:func:`trial_to_dict`,
+:func:`cell_to_dict`, :func:`build_result`; the run dir's trial record is :func:`trial_record`);
+:mod:`dlperf_tasks.report.result_stream` owns how the document is laid out in bytes
+(``write_document``: :func:`dumps`, :func:`write_result` and ``dlperf extract`` all go through it).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.core.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
 from dlperf_tasks.measure.extract import dlperf_model_key
 from dlperf_tasks.measure.stats import CellStats, dlperf_dict, dlperf_round
-from dlperf_tasks.report.result_stream import json_number, write_document, write_result_file
+from dlperf_tasks.report.result_stream import json_number, sample_row, write_document, write_result_file
 
 SCHEMA_VERSION = 1
 
@@ -110,12 +115,7 @@ def trial_to_dict(r: TrialResult, samples_of: Callable[[TrialResult], Any] | Non
     if samples_of is not None:
         samples = samples_of(r)
     else:
-        samples = []
-        for s in r.samples:
-            row = [s.iteration, json_number(s.value)]
-            if s.rank is not None:
-                row.append(s.rank)
-            samples.append(row)
+        samples = [sample_row(s.iteration, s.value, s.rank) for s in r.samples]
     return {
         "index": r.trial.index,
         "trial_id": r.trial.id,

@@ -46,6 +46,11 @@ def json_number(v: float | None) -> float | str | None:
     return v
 
 
+def sample_row(iteration: int, value: float, rank: int | None) -> list[Any]:
+    """One row of a trial's ``samples``: ``[iteration, value]`` or ``[iteration, value, rank]``."""
+    return [iteration, json_number(value)] if rank is None else [iteration, json_number(value), rank]
+
+
 def samples_json(samples) -> str:
     """A trial's ``samples`` as result_json writes them: ``[[iteration, value(, rank)], ...]`` on one
     line. Whole columns at C speed when every value is finite (their sum is) and the ranks are all
@@ -59,10 +64,7 @@ def samples_json(samples) -> str:
             return _ROW_DUMPS(list(zip(its, fvals)))
         if None not in ranks:
             return _ROW_DUMPS(list(zip(its, fvals, ranks)))
-    rows = []
-    for it, v, r in zip(its, vals, ranks):
-        rows.append([it, json_number(v)] if r is None else [it, json_number(v), r])
-    return _ROW_DUMPS(rows)
+    return _ROW_DUMPS([sample_row(it, v, r) for it, v, r in zip(its, vals, ranks)])
 
 
 class SampleSpool:
