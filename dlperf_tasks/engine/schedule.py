@@ -18,6 +18,7 @@ from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.trials import run_local, run_on_nodes
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.remote import nodeclean
+from dlperf_tasks.remote.trial import TrialWatch
 from dlperf_tasks.policy.scheduler import Job, Scheduler
 
 
@@ -138,10 +139,10 @@ def run_scheduled(todo: list[Trial], b: Batch, cluster, held: list[str], pool, r
                 now = time.monotonic() - t0
                 for a in sched.next_starts(now):
                     loop.attempts[a.job.key] = loop.attempts.get(a.job.key, 0) + 1
+                    watch = TrialWatch(attempt=loop.attempts[a.job.key], poll_s=b.poll_s,
+                                       unreachable_grace_s=b.unreachable_grace_s, stop_event=b.stop)
                     fut = ex.submit(run_on_nodes, cluster, a.nodes, loop.by_id[a.job.key], b.suite, b.rd, pool=pool,
-                                    runtime=runtime, facts=facts, attempt=loop.attempts[a.job.key],
-                                    display=b.display, stop=b.stop, poll_s=b.poll_s,
-                                    unreachable_grace_s=b.unreachable_grace_s)
+                                    runtime=runtime, facts=facts, watch=watch, display=b.display)
                     running[fut] = (a.job, a.nodes)
                 if not running:
                     t = sched.next_free_time(now)

@@ -15,6 +15,7 @@ start, watcher and finish), so all record the same trial the same way.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -30,7 +31,8 @@ from dlperf_tasks.remote.local import launch_specs
 from dlperf_tasks.remote import local
 from dlperf_tasks.remote.runtime import make_runtime
 from dlperf_tasks.engine.trialstate import telemetry_abort, telemetry_start
-from dlperf_tasks.remote.trial import start_trial
+from dlperf_tasks.remote.trial import TrialWatch, start_trial
+from dlperf_tasks.remote.trialdocs import TrialState, Verdict
 from dlperf_tasks.engine.trialstate import telemetry_stop
 from dlperf_tasks.remote.trial import finish_trial
 from dlperf_tasks.remote.trial import watch_then_finish
@@ -88,16 +90,21 @@ def _runtime(suite, cluster, image: str | None):
                         ssh_port=cluster.mpi_ssh_port)
 
 
+def _watch(watch: TrialWatch | None, display) -> TrialWatch:
+    """``watch`` (defaults when None) with its progress going to ``display``."""
+    return dataclasses.replace(watch or TrialWatch(), progress=display.progress if display else None)
+
+
 def start_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *, pool, runtime, facts=None,
-                   attempt: int = 1, display=None, **kw) -> dict[str, Any]:
+                   watch: TrialWatch | None = None, display=None) -> TrialState:
     """Start the trial on ``nodes`` (held by the caller): telemetry sampler, then the remote
-    runner's jobs; the started trial's state (plain data, see :mod:`dlperf_tasks.remote.trial`)."""
+    runner's jobs; the started trial's state (plain data, see :mod:`dlperf_tasks.remote.trial`).
+    ``watch``: the attempt, time limits and unreachable grace (progress goes to ``display``)."""
     # telemetry; the image's MOFED is compared with the host's (docker runtime only)
     tele = telemetry_start(pool, nodes, trial, getattr(runtime, "image", None))
     try:
         state = start_trial(cluster, nodes, trial, suite, rd.run_id, pool=pool, runtime=runtime,
-                            facts=facts if facts is not None else rd.load_facts(nodes), attempt=attempt,
-                            progress=display.progress if display else None, **kw)
+                            facts=facts if facts is not None else rd.load_facts(nodes), watch=_watch(watch, display))
     except BaseException:
         telemetry_abort(pool, tele)
         raise
@@ -105,33 +112,34 @@ def start_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *
     return state
 
 
-def finish_on_nodes(cluster, state: Mapping[str, Any], verdict, suite, rd: RunDir, *, pool, runtime,
-                    display=None, **kw) -> TrialResult:
+def finish_on_nodes(cluster, state: TrialState, verdict: Verdict | None, suite, rd: RunDir, *, pool, runtime,
+                    display=None, watch: TrialWatch | None = None) -> TrialResult:
     """Finish a started trial (this process or another one): the runner's finish, then telemetry."""
     try:
         return finish_trial(cluster, state, verdict, suite, rd.path, pool=pool, runtime=runtime,
-                            progress=display.progress if display else None, **kw)
+                            watch=_watch(watch, display))
     finally:
         telemetry_stop(pool, state.get("telemetry"), Trial.from_dict(state["trial"]), rd.path)
 
 
 def run_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *, pool, runtime, facts=None,
-                 attempt: int = 1, display=None, stop: threading.Event | None = None, poll_s: float = 0.25,
-                 unreachable_grace_s: float = 8.0) -> TrialResult:
-    """Run the trial on ``nodes`` (held by the caller) in this process: start, watch, finish."""
+                 watch: TrialWatch | None = None, display=None) -> TrialResult:
+    """Run the trial on ``nodes`` (held by the caller) in this process: start, watch, finish.
+    ``watch``: the attempt, poll interval, unreachable grace and the stop event."""
+    w = watch or TrialWatch()
     state = start_on_nodes(cluster, nodes, trial, suite, rd, pool=pool, runtime=runtime, facts=facts,
-                           attempt=attempt, display=display, unreachable_grace_s=unreachable_grace_s)
-    return _watch_and_finish(pool, state, poll_s, stop, display, lambda verdict: finish_on_nodes(
+                           watch=w, display=display)
+    return _watch_and_finish(pool, state, w.poll_s, w.stop_event, display, lambda verdict: finish_on_nodes(
         cluster, state, verdict, suite, rd, pool=pool, runtime=runtime, display=display))
 
 
-def _watch_and_finish(pool, state: dict, poll_s: float, stop, display, finish: Callable) -> Any:
+def _watch_and_finish(pool, state: TrialState, poll_s: float, stop, display, finish: Callable) -> Any:
     return watch_then_finish(pool, state, poll_s, stop, display.progress if display else None, finish)
 
 
 def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None, attempt: int, display=None,
                  lease_ttl_s: float = FINISH_LEASE_TTL_S, pool=None,
-                 lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any] | TrialResult:
+                 lease_wait_s: float | None = None, busy_returns: bool = False) -> TrialState | TrialResult:
     """Lease ``topology.nodes`` free nodes (waiting up to the retry policy's lease wait) and start
     the trial there. Returns its state (``leases`` and ``image`` added; the watch renews the leases
     to ``lease_ttl_s``), or the result when no nodes could be had. A stop ends the wait.
@@ -159,19 +167,20 @@ def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None
             return TrialResult(trial=trial, status=status, reason=held)
         try:  # the leases renew themselves while the trial starts (an image pull can outlast their TTL)
             state = start_on_nodes(cluster, [n for h in held for n in h.nodes], trial, suite, rd, pool=pool,
-                                   runtime=runtime, attempt=attempt, display=display)
+                                   runtime=runtime, watch=TrialWatch(attempt=attempt), display=display)
         except BaseException:
             for h in held:
                 h.release()
             raise
         leases = [x.to_doc() for h in held for x in h.detach()]  # from here the watch renews them
-    state.update(leases=leases, image=image)
-    if state.get("watch"):
-        state["watch"].update(leases=leases, lease_ttl_s=float(lease_ttl_s), renewed_at=0.0)
+    state["leases"], state["image"] = leases, image
+    watch = state.get("watch")
+    if watch:
+        watch.update(leases=leases, lease_ttl_s=float(lease_ttl_s), renewed_at=0.0)
     return state
 
 
-def finish_leased(state: Mapping[str, Any], verdict, suite, rd: RunDir, settings, *, display=None,
+def finish_leased(state: TrialState, verdict: Verdict | None, suite, rd: RunDir, settings, *, display=None,
                   pool=None) -> TrialResult:
     """Finish a trial :func:`start_leased` started (any process, any host): collect, clean, gate,
     release its leases."""
@@ -249,11 +258,11 @@ def start_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int
     if isinstance(got, TrialResult):
         return {"record": _record(item, rd, got, display, try_number, max_tries)}
     if "waiting" in got:
-        return got
+        return {"waiting": got["waiting"]}
     return {"started": got}
 
 
-def finish_item(item: TrialItem | Mapping[str, Any], settings, state: Mapping[str, Any], verdict, *, try_number: int = 1,
+def finish_item(item: TrialItem | Mapping[str, Any], settings, state: TrialState, verdict: Verdict | None, *, try_number: int = 1,
                 max_tries: int = 1, log: Callable[[str], None] | None = None, pool=None,
                 display=None) -> dict[str, Any]:
     """The second half of :func:`start_item` (verdict: the watcher's); writes and returns the record."""
@@ -326,7 +335,7 @@ def stop_runs(run_ids: set[str]) -> None:
             event.set()
 
 
-def abort_started(state: Mapping[str, Any], cluster, pool=None) -> list[str]:
+def abort_started(state: TrialState, cluster, pool=None) -> list[str]:
     """Stop a started trial nobody will finish (its deferred task was killed): its jobs and
     telemetry loops killed, job directories and containers removed, leases released. Notes."""
     own = pool is None
