@@ -31,6 +31,7 @@ from dlperf_tasks.remote.local import launch_specs
 from dlperf_tasks.remote import local
 from dlperf_tasks.remote.runtime import make_runtime
 from dlperf_tasks.engine.trialstate import telemetry_abort, telemetry_start
+from dlperf_tasks.engine.attempt import FINISH_LEASE_TTL_S, LeaseTerms, TaskTry
 from dlperf_tasks.remote.trial import TrialWatch, start_trial
 from dlperf_tasks.remote.trialdocs import TrialState, Verdict
 from dlperf_tasks.engine.trialstate import telemetry_stop
@@ -51,8 +52,6 @@ from dlperf_tasks.remote.trial import abort_trial
 from dlperf_tasks.telemetry import hooks
 
 _STOP_EVENTS: dict[str, threading.Event] = {}
-#: lease TTL of a trial's nodes while this process holds them (start, finish, in-process watch)
-FINISH_LEASE_TTL_S = 120.0
 
 
 def _stop_key(run_id: str, trial_key: str) -> str:
@@ -138,15 +137,14 @@ def _watch_and_finish(pool, state: TrialState, poll_s: float, stop, display, fin
 
 
 def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None, attempt: int, display=None,
-                 lease_ttl_s: float = FINISH_LEASE_TTL_S, pool=None,
-                 lease_wait_s: float | None = None, busy_returns: bool = False) -> TrialState | TrialResult:
+                 lease: LeaseTerms | None = None, pool=None) -> TrialState | TrialResult:
     """Lease ``topology.nodes`` free nodes (waiting up to the retry policy's lease wait) and start
     the trial there. Returns its state (``leases`` and ``image`` added; the watch renews the leases
-    to ``lease_ttl_s``), or the result when no nodes could be had. A stop ends the wait.
+    to ``lease.ttl_s``), or the result when no nodes could be had. A stop ends the wait.
     ``pool``: the caller's (it goes on to watch the trial), else one of its own for the start.
-    ``lease_wait_s``: wait this long for the nodes instead of the settings' ``lease_wait_s``;
-    ``busy_returns``: return ``{"waiting": reason}`` when none were free by then, recording nothing
-    (the caller waits elsewhere, e.g. a deferred task without a worker slot, and calls again)."""
+    ``lease``: :class:`LeaseTerms` (with ``busy_returns`` the caller waits elsewhere, e.g. a
+    deferred task without a worker slot, and calls again)."""
+    lease = lease or LeaseTerms()
     cluster = pool.cluster if pool is not None else load_cluster(settings)
     topo = trial.cell.topology
     fits = usable_nodes(cluster, trial, rd, settings)  # A/B: pinned nodes; else not quarantined, spread
@@ -158,10 +156,10 @@ def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None
     stop = _STOP_EVENTS[_stop_key(rd.run_id, trial.key)] = threading.Event()
     runtime = _runtime(suite, cluster, image)
     with (contextlib.nullcontext(pool) if pool is not None else SSHPool(cluster)) as pool:
-        wait_s = settings.lease_wait_s if lease_wait_s is None else lease_wait_s
+        wait_s = settings.lease_wait_s if lease.wait_s is None else lease.wait_s
         held = lease_group(pool, fits, topo.nodes, rd.run_id, wait_s=wait_s, stop=stop)
         if isinstance(held, str):
-            if busy_returns and not stop.is_set():
+            if lease.busy_returns and not stop.is_set():
                 return {"waiting": held}
             status = TrialStatus.NOT_RUN if stop.is_set() else TrialStatus.NODE_UNREACHABLE
             return TrialResult(trial=trial, status=status, reason=held)
@@ -176,7 +174,7 @@ def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None
     state["leases"], state["image"] = leases, image
     watch = state.get("watch")
     if watch:
-        watch.update(leases=leases, lease_ttl_s=float(lease_ttl_s), renewed_at=0.0)
+        watch.update(leases=leases, lease_ttl_s=float(lease.ttl_s), renewed_at=0.0)
     return state
 
 
@@ -226,14 +224,14 @@ def before_trial(item: TrialItem | Mapping[str, Any], trial: Trial, suite, rd: R
     return Decisions.from_run_dir(rd, suite).before_trial(trial, fetch=fetch)
 
 
-def start_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
-               log: Callable[[str], None] | None = None, lease_ttl_s: float = FINISH_LEASE_TTL_S, display=None,
-               pool=None, lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any]:
+def start_item(item: TrialItem | Mapping[str, Any], settings, attempt: TaskTry | None = None, *,
+               lease: LeaseTerms | None = None, display=None, pool=None) -> dict[str, Any]:
     """The first half of one planned trial: ``{"record": ...}`` when it is done already (dry run,
     a valid record in the run dir: ``reused``, the local runtime runs it whole here), else
     ``{"started": state}`` (remote jobs running, nodes leased; :func:`finish_item` ends it), or
-    with ``busy_returns`` ``{"waiting": reason}`` when no nodes were free within ``lease_wait_s``
-    (nothing recorded; see :func:`start_leased`)."""
+    with ``lease.busy_returns`` ``{"waiting": reason}`` when no nodes were free within
+    ``lease.wait_s`` (nothing recorded; see :func:`start_leased`). ``attempt``: :class:`TaskTry`."""
+    attempt = attempt or TaskTry()
     item = TrialItem.of(item)
     trial = item.trial
     if item.dry_run:
@@ -246,55 +244,55 @@ def start_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int
     suite = load_suite(item.suite, settings.catalog_path)
     if (skip := before_trial(item, trial, suite, rd, settings)) is not None:  # the cell's median is known
         return {"record": trial_record(skip)}
-    display = display or display_for(item, log, settings)
+    display = display or display_for(item, attempt.log, settings)
     if settings.is_local:
-        return {"record": _record(item, rd, run_local(trial, suite, rd, display), display, try_number, max_tries)}
+        return {"record": _record(item, rd, run_local(trial, suite, rd, display), display, attempt)}
     try:
-        got = start_leased(trial, suite, rd, settings, image=item.image, attempt=try_number,
-                           display=display, lease_ttl_s=lease_ttl_s, pool=pool,
-                           lease_wait_s=lease_wait_s, busy_returns=busy_returns)
+        got = start_leased(trial, suite, rd, settings, image=item.image, attempt=attempt.number,
+                           display=display, lease=lease, pool=pool)
     finally:
         _STOP_EVENTS.pop(_stop_key(rd.run_id, trial.key), None)
     if isinstance(got, TrialResult):
-        return {"record": _record(item, rd, got, display, try_number, max_tries)}
+        return {"record": _record(item, rd, got, display, attempt)}
     if "waiting" in got:
         return {"waiting": got["waiting"]}
     return {"started": got}
 
 
-def finish_item(item: TrialItem | Mapping[str, Any], settings, state: TrialState, verdict: Verdict | None, *, try_number: int = 1,
-                max_tries: int = 1, log: Callable[[str], None] | None = None, pool=None,
-                display=None) -> dict[str, Any]:
+def finish_item(item: TrialItem | Mapping[str, Any], settings, state: TrialState, verdict: Verdict | None,
+                attempt: TaskTry | None = None, *, pool=None, display=None) -> dict[str, Any]:
     """The second half of :func:`start_item` (verdict: the watcher's); writes and returns the record."""
     item = TrialItem.of(item)
+    attempt = attempt or TaskTry()
     rd = RunDir(Path(item.run_dir), item.run_id)
-    display = display or display_for(item, log, settings)
+    display = display or display_for(item, attempt.log, settings)
     res = finish_leased(state, verdict, load_suite(item.suite, settings.catalog_path), rd, settings, display=display, pool=pool)
-    return _record(item, rd, res, display, try_number, max_tries)
+    return _record(item, rd, res, display, attempt)
 
 
-def _record(item: TrialItem, rd: RunDir, res: TrialResult, display, try_number: int, max_tries: int) -> dict[str, Any]:
+def _record(item: TrialItem, rd: RunDir, res: TrialResult, display, attempt: TaskTry) -> dict[str, Any]:
     """Save the trial's record; raise Retriable while tries remain for a retriable status,
     NonRetriable for a failed trial under policy fail_fast."""
     out = rd.save_trial(res)
-    display.finished(res, try_number)
-    if res.status.retriable and try_number < max_tries:
-        raise Retriable(f"trial {res.trial.id}: {res.status.value}: {res.reason} (try {try_number} of {max_tries})")
+    display.finished(res, attempt.number)
+    if res.status.retriable and attempt.number < attempt.of:
+        raise Retriable(f"trial {res.trial.id}: {res.status.value}: {res.reason} "
+                        f"(try {attempt.number} of {attempt.of})")
     if res.status != TrialStatus.OK and item.policy == "fail_fast":
         raise NonRetriable(f"trial {res.trial.id}: {res.status.value}: {res.reason} (policy fail_fast)")
     return out
 
 
-def run_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
-             log: Callable[[str], None] | None = None, poll_s: float = 0.5) -> dict[str, Any]:
+def run_item(item: TrialItem | Mapping[str, Any], settings, attempt: TaskTry | None = None, *,
+             poll_s: float = 0.5) -> dict[str, Any]:
     """One planned trial, whole, in this process (:func:`start_item`, the watcher, :func:`finish_item`:
     the same halves a deferred task runs, with the trigger's poll rules in between); its record."""
+    attempt = attempt or TaskTry()
     item = TrialItem.of(item)
-    display = display_for(item, log, settings)
+    display = display_for(item, attempt.log, settings)
     # one SSH pool (connections made when first used) for the start, the watch and the finish
     with (contextlib.nullcontext() if settings.is_local else SSHPool(load_cluster(settings))) as pool:
-        got = start_item(item, settings, try_number=try_number, max_tries=max_tries, log=log, display=display,
-                         pool=pool)
+        got = start_item(item, settings, attempt, display=display, pool=pool)
         if "record" in got:
             return got["record"]
         state = got["started"]
@@ -302,8 +300,7 @@ def run_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int =
         stop = _STOP_EVENTS[key] = threading.Event()  # fresh, as in start_leased
         try:
             return _watch_and_finish(pool, state, poll_s, stop, display, lambda verdict: finish_item(
-                item, settings, state, verdict, try_number=try_number, max_tries=max_tries, log=log, pool=pool,
-                display=display))
+                item, settings, state, verdict, attempt, pool=pool, display=display))
         finally:
             _STOP_EVENTS.pop(key, None)
 
