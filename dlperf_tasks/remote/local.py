@@ -63,26 +63,44 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def stop(trial_key: str, grace_s: float = 5.0) -> int:
+def stop(trial_key: str, grace_s: float = 5.0, kill_wait_s: float = 30.0) -> int:
     """Terminate (then kill) every process group started for ``trial_key`` and every process
-    carrying its mark; waits until none is left (bounded). Returns how many groups it started."""
+    carrying its mark; waits until every process it signalled has exited (bounded: ``grace_s``
+    after SIGTERM, ``kill_wait_s`` after SIGKILL). Returns how many groups it started."""
     with _LOCK:
         procs = _RUNNING.pop(trial_key, [])
         mark = _MARKS.pop(trial_key, None)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    signalled: set[int] = set()
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, kill_wait_s)):
         alive = [p for p in procs if p.poll() is None]
         for p in alive:
             try:
                 os.killpg(p.pid, sig)
             except ProcessLookupError:
                 pass
-        marked = _signal_marked(mark, sig)
-        deadline = time.monotonic() + grace_s
-        while (any(p.poll() is None for p in alive) or marked_pids(mark)) and time.monotonic() < deadline:
+        signalled.update(_signal_marked(mark, sig))
+        deadline = time.monotonic() + wait_s
+        while _left(alive, signalled, mark) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if not marked and not any(p.poll() is None for p in procs):
+        if not _left(procs, signalled, mark):
             break
     return len(procs)
+
+
+def _left(procs: list[subprocess.Popen], pids: set[int], mark: str | None) -> bool:
+    """Whether any of ``procs``, of ``pids`` or of the marked processes is still running."""
+    return (any(p.poll() is None for p in procs) or any(_running(pid) for pid in pids)
+            or bool(marked_pids(mark)))
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (a process still exiting counts as running)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z"
 
 
 def marked_pids(mark: str | None) -> list[int]:
