@@ -214,6 +214,7 @@ def test_kill_node_takes_sessions_and_containers_and_revive_restores_it(fault_cl
         client.exec_command("sleep 300")
         rc, _, err = ssh_run(client, shlex.join(["docker", "run", "-d", "--rm", "--net=host",
                                                  "--label", f"dlperf.node={node.name}",
+                                                 "--label", f"dlperf.testcluster={sim_cluster.state['name']}",
                                                  "--label", f"dlperf.run={run_id}", ref, "sleep", "300"]))
         assert rc == 0, err
         deadline = time.time() + 10
