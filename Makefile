@@ -6,35 +6,51 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: build-ext install install-smoke test-env test test-unit lint run serve bench clean
+.PHONY: build-ext fuzz install install-smoke test-env test test-unit lint run serve shell bench clean
+
+STEP := bash scripts/step.sh
 
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	@$(STEP) "virtual environment $(VENV)" $(PY) -m venv $(VENV)
+	@$(STEP) "pip upgrade" $(BIN)/pip install -q --upgrade pip
 
 # stamps: a second `make run`/`make test` installs nothing unless the lock or pyproject changed
 install: $(VENV)/.installed
 $(VENV)/.installed: requirements.lock pyproject.toml setup.py $(wildcard dlperf_tasks/frameworks/_c*.c dlperf_tasks/frameworks/_c*.h) | $(BIN)/python
-	$(BIN)/pip install -q -r requirements.lock
-	$(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=compat
-	$(BIN)/python -m compileall -q dlperf_tasks  # bytecode, as a wheel install has it (PYTHONDONTWRITEBYTECODE=1 shells never write it)
-	touch $@
+	@$(STEP) "Python packages (requirements.lock)" $(BIN)/pip install -q -r requirements.lock
+	@$(STEP) "dlperf itself (editable, C scanners built)" $(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=compat
+	@# bytecode, as a wheel install has it (PYTHONDONTWRITEBYTECODE=1 shells never write it)
+	@$(STEP) "bytecode" $(BIN)/python -m compileall -q dlperf_tasks
+	@$(STEP) "built-in suites checked" $(BIN)/dlperf catalog check dlperf_tasks/catalog/suites/*.yaml
+	@$(BIN)/dlperf --version | tail -n 1  # which compiled scanners are in use (a failed build says so here)
+	@touch $@
 
-# the C scanners (setup.py) after a change to a dlperf_tasks/frameworks/_c*.c file
+# the C scanners (setup.py) after a change to a dlperf_tasks/frameworks/_c*.c file: built by pip in an
+# isolated environment with pyproject's setuptools (the venv's own may be too old for its license field).
+# DLPERF_PURE_PYTHON=1 runs the pure-Python parsers instead, without rebuilding anything.
 build-ext: install
-	$(BIN)/python setup.py -q build_ext --inplace
+	$(BIN)/pip install -q --no-deps -e . --config-settings editable_mode=compat
 	$(BIN)/python -m compileall -q dlperf_tasks
+	$(BIN)/dlperf --version | tail -n 1
+
+# the two C scanners built with AddressSanitizer/UndefinedBehaviorSanitizer, fed seeded random logs,
+# each result compared with the pure-Python parsers' (FUZZ_CASES, FUZZ_SEED to change the run)
+FUZZ_CASES ?= 3000
+FUZZ_SEED ?= 1
+fuzz: install
+	bash scripts/fuzz-scanners.sh $(abspath $(BIN))/python $(FUZZ_CASES) $(FUZZ_SEED)
 
 install-smoke: install $(VENV)/.installed-torch
 $(VENV)/.installed-torch: | $(BIN)/python
-	$(BIN)/pip install -q torch==2.13.0
-	touch $@
+	@$(STEP) "PyTorch for the smoke suite (CPU is enough)" $(BIN)/pip install -q torch==2.13.0
+	@touch $@
 
 test-env:
 	bash scripts/setup-test-env.sh
 
 lint: install
 	$(BIN)/ruff check dlperf_tasks dags plugins tests bench docker scripts
+	$(BIN)/mypy
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit -q -m "not slow" $(PYTEST_ARGS)
@@ -46,7 +62,12 @@ test: install install-smoke test-env lint
 	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 run: install install-smoke
-	bash scripts/run-embedded.sh
+	@bash scripts/run-embedded.sh
+
+# a shell with the venv active: dlperf and airflow on the PATH (exit to leave)
+shell: install
+	@echo "a shell with $(VENV) active: dlperf, airflow on the PATH; 'exit' leaves it"
+	@bash --rcfile <(echo '[ -f ~/.bashrc ] && . ~/.bashrc; . $(VENV)/bin/activate') -i
 
 # the embedded default as a service: UI + scheduler + dag-processor + triggerer (Ctrl-C stops it);
 # e.g. make serve SERVE_ARGS="--dags unpause --port 8081"

@@ -111,17 +111,8 @@ def rows(results: dict[str, dict[str, Any]]) -> list[list[str]]:
 HEADER = ["tree", "command (one core)", "MB", "median s", "CPU s", "MB/s", "peak RSS MiB", "vs peer"]
 
 
-def scanners() -> dict[str, bool]:
-    """Each C scanner of setup.py (``dlperf_tasks/frameworks/_c*.c``): is it built, so the measured command
-    uses it? Asked of a fresh interpreter like the measured one (``python -m dlperf_tasks`` from ROOT)."""
-    names = sorted(p.stem for p in (ROOT / "dlperf_tasks" / "frameworks").glob("_c*.c"))
-    if not names:
-        return {}
-    probe = ("import importlib.util, sys\n"
-             "for n in sys.argv[1:]:\n"
-             "    s = importlib.util.find_spec('dlperf_tasks.frameworks.' + n)\n"
-             "    print(n, bool(s and s.origin and not s.origin.endswith('.py')))\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", probe, *names], cwd=str(ROOT), env=env, capture_output=True,
-                         text=True, check=True).stdout
-    return {n: flag == "True" for n, flag in (line.split() for line in out.splitlines())}
+def scanners() -> str:
+    """Which compiled scanners the measured command uses: the last line of ``dlperf --version``."""
+    out = subprocess.run([*dlperf_command(), "--version"], cwd=str(ROOT), capture_output=True, text=True,
+                         check=True).stdout
+    return out.strip().splitlines()[-1]

@@ -261,8 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         results["whole_command"] = whole
         built = results["c_scanners"] = _wholecmd.scanners()
         print(f"\nwhole command on one core, median of {a.rounds} alternated runs ({machine()}, "
-              f"load {os.getloadavg()[0]:.1f}); C scanners: "
-              + (", ".join(f"{n} {'built' if ok else 'NOT BUILT (pure Python)'}" for n, ok in built.items()) or "none"))
+              f"load {os.getloadavg()[0]:.1f}); {built}")
         print(table(_wholecmd.HEADER, _wholecmd.rows(whole)))
         for sub, r in whole.items():
             if "speedup_vs_peer" in r:

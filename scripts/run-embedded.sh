@@ -30,3 +30,11 @@ fi
 echo "$DAG finished in $(( $(date +%s) - start )) s"
 echo
 "$PY" -m dlperf_tasks.airflow.embedded show --dag "$DAG"
+# commands that work as printed in a new shell from this directory (tests/unit/test_readme_commands.py)
+cat <<EOF
+
+next, from $ROOT in any shell ('make shell' first to type plain 'dlperf'):
+  .venv/bin/dlperf results ls             # the runs in the store
+  .venv/bin/dlperf results show latest    # the newest run, cell by cell
+  make serve                              # the Airflow UI and the results page on http://127.0.0.1:8080
+EOF

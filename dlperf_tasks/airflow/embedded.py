@@ -57,7 +57,7 @@ def show(dag_id: str) -> int:
         return 0
     from dlperf_tasks.core.safeurl import safe_url
 
-    print(f"store {safe_url(last.get('store') or cfg.store_url)} (dlperf results ls / show / compare read the same store)")
+    print(f"store {safe_url(last.get('store') or cfg.store_url)} (.venv/bin/dlperf results ls / show / compare read the same store)")
     for p in last["published"]:
         print(f"run {p['run_id']} (suite {p['suite']})")
         print(f"  result JSON : {p['location']}/result.json")

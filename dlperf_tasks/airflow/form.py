@@ -1,4 +1,4 @@
-"""The trigger form of a dlperf DAG (issue 26.6): which run parameters it shows, and how.
+"""The trigger form of a dlperf DAG: which run parameters it shows, and how.
 
 :mod:`.params` holds every field's JSON schema (what a conf may say, checked by the plan
 task and the api-server's conf guard); this module picks and dresses the subset the form
@@ -26,7 +26,7 @@ MORE_SECTION = "More options"
 #: shown in the default (open) section; every other form field goes to MORE_SECTION
 EVERYDAY = ("suites", "topologies", "batch_sizes", "precisions", "xla", "trials", "dry_run")
 #: the CI widths the form offers for adaptive trials (true = the default, 1 %)
-ADAPTIVE_WIDTHS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5)  # 0.5: the widest the adaptive rule takes (issue 17)
+ADAPTIVE_WIDTHS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5)  # 0.5: the widest the adaptive rule takes
 
 
 def applicable(suite_ids: Iterable[str]) -> set[str]:
@@ -60,6 +60,27 @@ def _adaptive_schema() -> dict[str, Any]:
                            "empty = the suite's."}
 
 
+def run_size_text(suite_ids: Iterable[str]) -> str:
+    """The size of a run with every default, for the form to say before it is triggered: trial
+    tasks, the most nodes one trial takes, and GPU-hours (at most: each trial at its timeout).
+    "" when the catalog does not load."""
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.catalog.plan import Overrides, plan
+    from dlperf_tasks.core.errors import DlperfError
+
+    try:
+        plans = [plan(load_suite(i), Overrides()) for i in sorted(suite_ids)]
+    except DlperfError:
+        return ""
+    trials = [(t.trial.cell.topology, p.timeout_s) for p in plans for t in p.trials]
+    if not trials:
+        return ""
+    nodes = max(top.nodes for top, _ in trials)
+    gpu_h = sum(top.world_size * timeout for top, timeout in trials) / 3600
+    return (f" Run size with every default: {len(trials)} trial(s), up to {nodes} node(s) per trial, "
+            f"at most {gpu_h:.2f} GPU-hours (each trial at its timeout).")
+
+
 def form_fields(suite_ids: Iterable[str], policy: str = "continue") -> dict[str, tuple[Any, dict[str, Any]]]:
     """``{name: (default, schema)}`` of the fields the form shows, in order, with the text that
     says what "empty" means for these suites appended to each description."""
@@ -75,11 +96,16 @@ def form_fields(suite_ids: Iterable[str], policy: str = "continue") -> dict[str,
         if name in INTERNAL or (name in ("xla", "image_tag") and name not in fits):
             continue
         schema = _adaptive_schema() if name == "adaptive" else copy.deepcopy(schemas[name])
-        if choices.get(name):
+        # topologies: a free list (Airflow's form draws a string array without examples as a text
+        # box, one per line: FieldSelector.tsx), checked by the pattern, not a pick among the
+        # suite's topologies, so any valid topology can be asked for
+        if choices.get(name) and name != "topologies":
             schema["examples"] = choices[name]
         if name not in EVERYDAY:
             schema["section"] = MORE_SECTION
         schema["description"] = schema["description"] + (f" {shown[name]}" if name in shown else "")
+        if name == "trials":
+            schema["description"] += run_size_text(ids)
         out[name] = (defaults[name], schema)
     return out
 

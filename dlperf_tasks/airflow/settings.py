@@ -14,11 +14,15 @@ Keys (defaults in brackets):
     Where published runs go: ``file:///dir`` or ``s3://bucket/prefix``.
 ``work_dir`` [<project>/.run/work]
     Scratch directory for run directories before they are published.
-``schedule_<dag>`` [the catalog's]
+``nightly`` [false]
+    Opt-in, per deployment: ``true`` arms each DAG's nightly cron (its suites' ``schedule:``
+    field, catalog/cron.py; the built-in suites carry staggered nightly crons). Off, every DAG
+    is manual only: unpausing one (the trigger form's "Unpause" box does it even when the
+    trigger is refused) starts nothing by itself. The DAG page says which.
+``schedule_<dag>`` [the catalog's, when ``nightly``]
     Overrides the cron of one DAG (``mxnet``, ``pytorch``, ``tensorflow``, ``megatron``,
-    ``smoke``, or a DAG a catalog adds); ``none`` = manual triggers only. Without it the DAG
-    runs on its suites' ``schedule:`` field (catalog/cron.py; the built-in suites carry
-    staggered nightly crons), and a DAG whose suites have none is manual only.
+    ``smoke``, or a DAG a catalog adds), whatever ``nightly`` says; ``none`` = manual triggers
+    only. A DAG whose suites have no ``schedule:`` is manual only.
 ``redaction`` [ips,hostnames,users]
     What is removed from logs before they are published (comma list; ``none`` = nothing).
     Host names, node names and user names come from the cluster inventory, which publish
@@ -54,6 +58,7 @@ class DlperfSettings(core.Settings):
 
     #: ``[dlperf] schedule_<dag>`` overrides (checked when loaded); other DAGs: the catalog's
     schedules: dict[str, str | None] = field(default_factory=dict)
+    nightly: bool = False  # ``[dlperf] nightly``: the catalog's crons armed (opt-in per deployment)
     pool: str = "dlperf_nodes"
     pool_slots: int = 1
     registry_conn_id: str = "dlperf_registry"
@@ -68,14 +73,18 @@ class DlperfSettings(core.Settings):
         return with_ssh_connections(with_registry_connection(cluster, self.registry_conn_id), ssh_connection)
 
     def schedule(self, dag: str, suites: list | None = None) -> str | None:
-        """The DAG's cron: ``[dlperf] schedule_<dag>`` if set, else its suites' ``schedule``
-        field (``suites`` None: the catalog's suites of that DAG), else None (manual only)."""
+        """The DAG's cron: ``[dlperf] schedule_<dag>`` if set, else with ``nightly`` its suites'
+        ``schedule`` field, else None (manual only)."""
         if dag in self.schedules:
             return self.schedules[dag]
         if self._get is not None:
             raw = self._get(f"schedule_{dag}", None)
             if raw is not None:
                 return _cron(raw, f"schedule_{dag}")
+        return self.catalog_schedule(dag, suites) if self.nightly else None
+
+    def catalog_schedule(self, dag: str, suites: list | None = None) -> str | None:
+        """The DAG's suites' ``schedule`` field (``suites`` None: the catalog's suites of that DAG)."""
         from dlperf_tasks.catalog.cron import group_schedule
 
         if suites is None:
@@ -140,7 +149,10 @@ def load(get: Callable[[str, str | None], str | None] | None = None) -> DlperfSe
         raise SettingsError(f"[dlperf] pool_slots: {raw_slots!r} is not an integer") from None
     if pool_slots < 1:
         raise SettingsError("[dlperf] pool_slots: must be >= 1")
-    return DlperfSettings(**values, schedules=schedules, pool=(get("pool", "dlperf_nodes") or "dlperf_nodes").strip(),
+    nightly = (get("nightly", "false") or "false").strip().lower()
+    if nightly not in ("true", "false"):
+        raise SettingsError(f"[dlperf] nightly: {nightly!r} is not true or false")
+    return DlperfSettings(**values, schedules=schedules, nightly=nightly == "true", pool=(get("pool", "dlperf_nodes") or "dlperf_nodes").strip(),
                           pool_slots=pool_slots,
                           registry_conn_id=(get("registry_conn_id", "dlperf_registry") or "dlperf_registry").strip(),
                           _get=get)

@@ -11,8 +11,7 @@ import importlib
 
 from dlperf_tasks.core.catalog_path import ENV_VAR
 
-#: the package's names and the module each comes from, resolved on first use: unpickling a cached
-#: suite (catalog/suitecache.py) imports this package, which must then not load the YAML reader
+#: the package's names and the module each comes from, resolved on first use
 _FROM = {"BUILTIN_DIR": "dlperf_tasks.catalog.loader", "list_suites": "dlperf_tasks.catalog.loader",
          "load_file": "dlperf_tasks.catalog.loader", "load_suite": "dlperf_tasks.catalog.loader",
          "search_dirs": "dlperf_tasks.catalog.loader",

@@ -7,31 +7,25 @@ site can add suites or override a built-in one without touching code), then the 
 Loading is cheap (libyaml, no framework imports) and cached by file modification time,
 because Airflow's DAG processor calls it on every parse. The built-in suites skip the JSON
 Schema pass (jsonschema's import alone is ~50 ms of every command's start-up); the unit tests
-run it on each of them, and every file from ``$DLPERF_CATALOG_PATH`` or a path gets it. A
-built-in suite is also kept parsed on disk (:mod:`dlperf_tasks.catalog.suitecache`): a command
-that finds it there imports neither PyYAML nor the checks (issue 28.2).
+run it on each of them, ``make install`` checks each once (``dlperf catalog check``), and every
+file from ``$DLPERF_CATALOG_PATH`` or a path gets it.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.core.catalog_path import site_dirs
 from dlperf_tasks.core.errors import CatalogError
-from dlperf_tasks.catalog import suitecache
-from dlperf_tasks.core.lazyre import lazy
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
 
 #: the most bytes a suite file may have: yamlsrc.MAX_BYTES (a unit test checks), here so that a cached
 #: load imports no yamlsrc
 MAX_BYTES = 256 * 1024
 
-#: the built-in suites' directory as text (``BUILTIN_DIR`` is its Path: made on first use, so that
-#: loading a built-in suite by id imports no pathlib, start-up of dlperf extract)
+#: the built-in suites' directory as text (``BUILTIN_DIR`` is its Path)
 _BUILTIN = os.path.join(os.path.dirname(os.path.realpath(__file__)), "suites")
 _SUFFIXES = (".yaml", ".yml")
 
@@ -45,8 +39,6 @@ def __getattr__(name: str):
 
 
 def _builtin_dir() -> Path:
-    from pathlib import Path
-
     return Path(_BUILTIN)
 
 
@@ -57,8 +49,6 @@ def search_dirs(extra_dirs: list[str | os.PathLike] | None = None) -> list[Path]
 
 def load_file(path: str | os.PathLike) -> Suite:
     """Load and validate one suite file (cached by path, mtime and size)."""
-    from pathlib import Path
-
     return _load(str(Path(path)))
 
 
@@ -82,21 +72,13 @@ def _load(name: str) -> Suite:
             raw = fh.read()
     except OSError as exc:
         raise CatalogError(f"{name}: cannot read suite file: {exc.strerror}") from None
-    # the package's own suites are schema-checked by the tests, not on every load (start-up cost),
-    # and kept parsed on disk
-    builtin = os.path.dirname(key) == _BUILTIN
-    suite = suitecache.get(name, raw) if builtin else None
-    if suite is None:
-        suite = _parse(name, raw, builtin)
-        if builtin:
-            suitecache.put(name, raw, suite)
+    # the package's own suites are schema-checked by the tests and at install, not on every load
+    suite = _parse(name, raw, builtin=os.path.dirname(key) == _BUILTIN)
     _CACHE[key] = (st.st_mtime_ns, st.st_size, suite)
     return suite
 
 
 def _parse(name: str, raw: bytes, builtin: bool) -> Suite:
-    from pathlib import Path
-
     from dlperf_tasks.catalog.validate import build_suite  # lazy: start-up of dlperf extract (a cached suite needs no checks)
     from dlperf_tasks.catalog.yamlsrc import parse_yaml  # lazy: start-up of dlperf extract (PyYAML's import ~10 ms)
 
@@ -182,24 +164,22 @@ def list_suites(extra_dirs: list[str | os.PathLike] | None = None, errors: list[
     suites = []
     for _, path in sorted(_suite_files(extra_dirs).items()):
         suite, exc = _load_or_fallback(path)
-        if exc is not None and errors is None:
-            raise exc
         if exc is not None:
+            if errors is None:
+                raise exc
             errors.append(exc)
         if suite is not None:
             suites.append(suite)
     return suites
 
 
-_DAG_LINE = lazy(r"(?m)^dag:[ \t]*['\"]?([a-z][a-z0-9_]{0,63})['\"]?[ \t]*(?:#.*)?$")
+_DAG_LINE = re.compile(r"(?m)^dag:[ \t]*['\"]?([a-z][a-z0-9_]{0,63})['\"]?[ \t]*(?:#.*)?$")
 
 
 def group_of_broken_file(path: str | os.PathLike) -> str | None:
     """Best-effort DAG group of a suite file that failed to load: its top-level ``dag:`` line
     (read as text, so a syntax error elsewhere does not matter), else the group of the built-in
     suite it overrides; None when neither tells."""
-    from pathlib import Path
-
     p = Path(path)
     try:
         with open(p, "rb") as f:

@@ -6,18 +6,14 @@ planning (dlperf_tasks/catalog/plan.py) turns a Suite + overrides into cells and
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
+from typing import Any
 
-from dlperf_tasks.core.records import record
 from dlperf_tasks.core.model import ParallelLayout, Window
 from dlperf_tasks.core.topology import Topology
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
-
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Patch:
     """A source patch a seed requires: ``file`` names a unified diff among the catalog data files,
     applied on the nodes before every trial (catalog/patches.py); without one the patch is only
@@ -29,7 +25,7 @@ class Patch:
     file: str = ""
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Upstream:
     repo: str  # e.g. https://github.com/dmlc/gluon-nlp
     commit: str  # 40-hex pinned commit
@@ -38,7 +34,7 @@ class Upstream:
     ref: str = ""  # branch/tag the seed names (e.g. r2.3.0) when it gives no commit; commit may then be ""
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerSpec:
     """How the trial container is started (seeds' docker run flags)."""
 
@@ -54,7 +50,7 @@ class ContainerSpec:
     cap_add: tuple[str, ...] = ()  # e.g. IPC_LOCK (seed 000: --cap-add=IPC_LOCK)
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Suite:
     id: str  # "mxnet-bert"
     framework: str  # framework module name (dlperf_tasks.frameworks), e.g. "mxnet_bert"

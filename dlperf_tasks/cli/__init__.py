@@ -15,6 +15,7 @@ import gc
 import sys
 
 from dlperf_tasks import __version__
+from dlperf_tasks.frameworks import _native
 from dlperf_tasks.core.errors import DlperfError
 
 COMMANDS = ["catalog", "plan", "extract", "sweep", "publish", "results", "cluster", "confirm"]
@@ -43,8 +44,6 @@ def _modules(only: str | None = None) -> list[str]:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``dlperf`` parser; ``only``: register just that sub-command (when it names one)."""
-    from dlperf_tasks.cli._help import RawDescription  # argparse's, its width found without shutil
-
     parser = argparse.ArgumentParser(
         prog="dlperf",
         description=(
@@ -54,9 +53,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             "to S3/OSS and compare archived results."
         ),
         epilog="Run 'dlperf <command> --help' for the options of each command.",
-        formatter_class=RawDescription,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"dlperf {__version__}")
+    parser.add_argument("--version", action="version", version=f"dlperf {__version__}\n{_native.status()}")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     from importlib import import_module
 
@@ -97,14 +96,11 @@ def _main(argv: list[str] | None) -> int:
             return 2
     # the command word first (no top-level option before it): register only that command
     only = words[0] if words and not words[0].startswith("-") else None
-    gc_was_on = gc.isenabled()
-    gc.disable()  # start-up: imports and the parser make many objects and no garbage (~5 % of it)
-    try:
-        parser = build_parser(only)
-        args = parser.parse_args(words)
-    finally:
-        if gc_was_on:
-            gc.enable()
+    # a command is one short process that builds many objects and few cycles (imports, the parsers'
+    # samples): collect rarely. The only gc setting in the package.
+    gc.set_threshold(100_000, 50, 100)
+    parser = build_parser(only)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

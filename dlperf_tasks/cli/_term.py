@@ -14,10 +14,8 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterator, TextIO
+from collections.abc import Iterator
+from typing import TextIO
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

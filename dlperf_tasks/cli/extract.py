@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import sys
 
 from dlperf_tasks.core.errors import DlperfError, ExtractError
 from dlperf_tasks.core.model import SPEED_RULES, Window
 from dlperf_tasks.cli._args import non_negative_int, positive_int
-from dlperf_tasks.cli._help import RawDescription
 from dlperf_tasks.cli._term import escape
 
 DESCRIPTION = """\
@@ -55,7 +53,7 @@ is valid; 2 on bad arguments or when the directory holds no usable log."""
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "extract", help="compute speeds/medians/speedups from an existing DLPerf log tree",
-        description=DESCRIPTION, epilog=EPILOG, formatter_class=RawDescription)
+        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", required=True,
                    help="catalog suite id (see 'dlperf catalog'), e.g. mxnet-bert; picks the log parser "
                         "and speed rule, or a path to a suite YAML")
@@ -122,23 +120,17 @@ def _text(fmt: str, res, result) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    gc_was_on = gc.isenabled()
-    gc.disable()  # start-up (imports, the suite): no collection pass, they make no garbage cycles
-    try:
-        from dlperf_tasks.measure.extract import extract_tree
-        from dlperf_tasks.report.result_json import extract_result
+    from dlperf_tasks.measure.extract import extract_tree
+    from dlperf_tasks.report.result_json import extract_result
 
-        suite = _load_suite(args.suite)
-    finally:
-        if gc_was_on:  # on again for the rest: the parsers' garbage is collected as before (off
-            gc.enable()  # for the whole run, MXNet BERT's 34 MB tree took 40 ms longer)
+    suite = _load_suite(args.suite)
     window = suite.window
     if args.warmup_iters is not None or args.measure_iters is not None:
         window = Window(warmup=window.warmup if args.warmup_iters is None else args.warmup_iters,
                         measure=window.measure if args.measure_iters is None else args.measure_iters, rule=window.rule)
     if args.speed_rule is not None:
         window = dataclasses.replace(window, rule=args.speed_rule)
-    # build only what the output needs (issue 28.1): per-sample rows only for the result JSON, and
+    # build only what the output needs: per-sample rows only for the result JSON, and
     # then serialised into a spool file as each trial is gated (memory: the largest trial's)
     wants_doc = bool(args.output) or args.format == "json"
     spool = None
@@ -150,12 +142,7 @@ def run(args: argparse.Namespace) -> int:
         res = extract_tree(suite, args.log_dir, args.batch_size_per_device, window,
                            prefix=args.prefix, progress=None if args.quiet else sys.stderr,
                            keep_samples=False, sample_sink=spool.put if spool is not None else None)
-        if args.format == "dlperf" and not args.output:  # only what that text shows (no run id, no rows)
-            from dlperf_tasks.report.result_json import dlperf_view
-
-            result = dlperf_view(res)
-        else:
-            result = extract_result(res)
+        result = extract_result(res)
         _print(args, res, result, spool)
     finally:
         if spool is not None:

@@ -71,7 +71,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlperf_tasks.remote.inventory import load_for_redaction
     from dlperf_tasks.store import RetryPolicy
-    from dlperf_tasks.store.opener import open_store
+    from dlperf_tasks.store.store import open_store
     from dlperf_tasks.store.spool import Spool
 
     run_dir = Path(args.run_dir)
@@ -90,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
     retry = RetryPolicy(attempts=args.retries) if args.retries else None
     res = store.publish(run_dir, resume=args.resume, retry=retry, replace=args.replace,
                         on_wait=lambda msg: print(f"dlperf publish: {msg}", file=sys.stderr, flush=True))
+    if res.replaced:
+        print(f"dlperf publish: replaced the run stored under this id ({res.replaced}): "
+              + (f"could not remove {len(res.replaced_left)}: {', '.join(res.replaced_left[:5])}"
+                 if res.replaced_left else "its objects, verdicts and index row are gone"), file=sys.stderr)
     for item in res.not_published:  # links, hard links, special files, binary logs: named, never followed
         print(f"dlperf publish: not published: {item.get('path')}: {item.get('reason')}", file=sys.stderr)
     if args.json:

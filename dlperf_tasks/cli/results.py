@@ -146,11 +146,12 @@ def register(subparsers) -> None:
 # ------------------------------------------------------------------------------ helpers
 def _store(args):
     """The store of ``--store`` or the settings; says which on stderr (one line)."""
-    from dlperf_tasks.history.source import open_store, store_settings
+    from dlperf_tasks.history.source import store_for, store_settings
+    from dlperf_tasks.store.store import require_store
 
     s = store_settings(args.store)
     print(s.describe_store(), file=sys.stderr)
-    return open_store(settings=s)
+    return require_store(store_for(settings=s))
 
 
 def _print(text: str) -> None:
@@ -190,14 +191,16 @@ def cmd_show(args) -> int:
 
     store = _store(args)
     args.run_id = resolve_run(store, args.run_id, suite=args.suite)
-    result = store.read_result(args.run_id)
+    from dlperf_tasks.store.readback import shown_result
+
+    result = shown_result(args.run_id, store.read_result(args.run_id))
     run = result.get("run") or {}
     rows = show_rows(result)
     regress = _manifest_findings(store, args.run_id)
     from dlperf_tasks.engine.decisions import summary_lines
     from dlperf_tasks.history import confirm
 
-    confirmed = store.read_annotation(args.run_id, confirm.ANNOTATION)  # A/B verdicts (H8)
+    confirmed = store.read_annotation(args.run_id, confirm.ANNOTATION)  # A/B verdicts
     if args.format == "json":
         _render(rows, "json", doc={"run": run, "cells": rows, "regressions": regress, "confirmations": confirmed})
         return 0
@@ -211,12 +214,8 @@ def cmd_show(args) -> int:
     if env:
         _print(f"{'env':16} " + ", ".join(f"{k}={v}" for k, v in sorted(env.items()) if not isinstance(v, dict)))
     _print("")
-    _render(rows, "table", ["cell_id", "median", "average", "speedup", "valid", "invalid", "cv", "noisy", "unit"])
-    noisy = [r["cell_id"] for r in rows if r["noisy"]]
-    if noisy:
-        from dlperf_tasks.report.flags import NOISY_CV
-
-        _print(f"noisy (CV > {NOISY_CV:.0%}): " + ", ".join(noisy))
+    _render([dict(r, flags=r["flags"] or "-") for r in rows], "table",
+            ["cell_id", "median", "average", "speedup", "valid", "invalid", "cv", "unit", "flags"])
     if regress is not None:
         _print("")
         findings = regress.get("findings") or []
@@ -288,10 +287,12 @@ def cmd_trend(args) -> int:
              "max": p.max, "n_valid": p.n_valid, "speedup": p.speedup} for p in tr.points]
     doc = tr.to_dict()
     if args.png:
+        from dlperf_tasks.history.regress import RegressConfig
         from dlperf_tasks.report.plots import trend_png
 
         trend_png([p.to_dict() for p in tr.points], title=f"{tr.cell_id} ({len(tr.points)} runs)",
-                  unit=tr.unit, path=args.png, baseline=tr.overall_median())
+                  unit=tr.unit, path=args.png, baseline=tr.overall_median(),
+                  min_history=RegressConfig().min_history)
         doc["png"] = str(Path(args.png))
     _render(rows, args.format, doc=doc)
     if args.format == "table":

@@ -94,6 +94,7 @@ def run(args) -> int:
         wc = worst_case(cells, AdaptivePolicy(rel_width=args.adaptive))
         print(f"adaptive trials: {wc['min_trials']} to {wc['max_trials']} trials (worst case = the fixed count)",
               file=sys.stderr)
+    fit_check(the_plan, settings)  # refused in one line before anything starts (as the DAG's plan step)
     if args.dry_run:
         return dry_run(suite, the_plan, settings, image=args.image, ssh_port=args.mpi_ssh_port)
     if not args.out:
@@ -123,6 +124,19 @@ def run(args) -> int:
     print(f"{total - len(bad)}/{total} trials valid; wrote {res.out_dir / 'result.json'} and "
           f"{res.out_dir / 'report.md'}")
     return 1 if bad else 0
+
+
+def fit_check(the_plan, settings) -> None:
+    """The DAG's check (:func:`dlperf_tasks.engine.clusterconf.check_fits`): every planned topology fits
+    the cluster's nodes and GPUs per node, and locally this machine's cores; a PlanError if not."""
+    from dlperf_tasks.core.errors import PlanError
+    from dlperf_tasks.engine.errors import NonRetriable
+    from dlperf_tasks.engine.clusterconf import check_fits
+
+    try:
+        check_fits(sorted({c.topology for c in the_plan.cells}), settings, what="topologies")
+    except NonRetriable as exc:
+        raise PlanError(str(exc)) from None
 
 
 def dry_run(suite, the_plan, settings, image: str | None = None, ssh_port: int | None = None) -> int:

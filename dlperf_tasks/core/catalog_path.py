@@ -6,14 +6,11 @@ each directory must exist."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from collections.abc import Sequence
 
 from dlperf_tasks.core.errors import CatalogError
-from dlperf_tasks.core.envkeys import env_name, env_value
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import Sequence
+from dlperf_tasks.core.settings import env_name, env_value
 
 ENV_VAR = env_name("catalog_path")
 

@@ -7,15 +7,11 @@ through XCom as ``to_dict()`` and rebuilt with ``from_dict()``.
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from dlperf_tasks.core.records import record
 from dlperf_tasks.core.samples import Sample, Samples, as_samples  # noqa: F401 (Sample re-exported)
 from dlperf_tasks.core.topology import Topology
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 class Precision(str, enum.Enum):
@@ -31,7 +27,7 @@ class MetricKind(str, enum.Enum):
     LATENCY = "latency"  # ms/iteration, lower is better (Megatron)
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ParallelLayout:
     """Megatron-style parallel case (seed 002): DP x MP(tensor) x PP = nodes x GPUs."""
 
@@ -52,7 +48,7 @@ class ParallelLayout:
         return self.global_batch // (self.micro_batch * self.dp)
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Window:
     """Which iterations count: drop ``warmup`` then measure ``measure`` (seeds: 20 / 100)."""
 
@@ -74,7 +70,7 @@ class Window:
 
     def to_dict(self) -> dict:
         """The plan's / result's ``window`` (``rule`` only when it is not the default: older readers)."""
-        d = {"warmup": self.warmup, "measure": self.measure}
+        d: dict[str, Any] = {"warmup": self.warmup, "measure": self.measure}
         if self.rule != "timestamps":
             d["rule"] = self.rule
         return d
@@ -84,7 +80,7 @@ class Window:
 SPEED_RULES = ("timestamps", "summary")
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Cell:
     """One point of a sweep. ``id`` is deterministic and path-safe."""
 
@@ -142,7 +138,7 @@ class Cell:
         return cls(**d)
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Trial:
     """One run of a cell. ``index`` is 1-based like DLPerf's ``_<trial>.log``."""
 
@@ -168,7 +164,7 @@ class Trial:
         return cls(Cell.from_dict(d["cell"]), int(d["index"]))
 
 
-@record
+@dataclass(slots=True)
 class LogFacts:
     """Sanity facts read from a log, used by the validity gate."""
 
@@ -196,7 +192,7 @@ class LogFacts:
     skipped_steps: int = 0
 
 
-@record
+@dataclass(slots=True)
 class ParsedLog:
     samples: Samples = field(default_factory=Samples)  # a list of Sample is turned into Samples
     facts: LogFacts = field(default_factory=LogFacts)
@@ -224,7 +220,7 @@ class TrialStatus(str, enum.Enum):
         return self in (TrialStatus.NODE_UNREACHABLE, TrialStatus.LAUNCH_FAILED, TrialStatus.TIMEOUT, TrialStatus.HANG)
 
 
-@record
+@dataclass(slots=True)
 class TrialMetric:
     """A trial's speed per the framework's DLPerf rule."""
 
@@ -240,7 +236,7 @@ class TrialMetric:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-@record
+@dataclass(slots=True)
 class TrialResult:
     """Outcome of one trial: status, reason and (if valid) its metric. Invalid trials keep their raw numbers."""
 

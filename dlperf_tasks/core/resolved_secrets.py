@@ -41,14 +41,19 @@ def _pieces(value: str) -> list[str]:
     return [line.strip() for line in v.splitlines() if line.strip() and not line.strip().startswith("-----")]
 
 
+def pieces(text: str) -> list[str]:
+    """The pieces of one secret value that a leak check looks for (too-short values and
+    placeholder words are none)."""
+    return [p for p in _pieces(text) if len(p) >= MIN_LENGTH and p.lower() not in _NOT_SECRET]
+
+
 def remember(*values: Any) -> None:
     """Register resolved secret values (None, empty and too-short values are ignored)."""
     found = []
     for value in values:
         if value is None or not isinstance(value, (str, bytes)):
             continue
-        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        found += [p for p in _pieces(text) if len(p) >= MIN_LENGTH and p.lower() not in _NOT_SECRET]
+        found += pieces(value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
     if found:
         with _lock:
             _values.update(found)

@@ -26,6 +26,12 @@ CREDENTIAL_WORDS = ("password", "passwd", "pwd", "secret", "token", "key", "sign
 SHOWN_PARAMS = ("endpoint", "endpoint_url", "region", "addressing_style", "conditional_writes",
                 "connect_timeout", "read_timeout", "max_attempts")
 _URL_PARAMS = ("endpoint", "endpoint_url")
+# the conventional credential parameter names a refusal may name; any other name (a fragment's, a
+# misspelt one: it may be the secret itself) is only called "a query parameter" / "the fragment"
+NAMED_CREDENTIALS = ("password", "passwd", "pwd", "secret", "token", "key", "access_key", "secret_key",
+                     "access_key_id", "secret_access_key", "session_token", "signature", "sig", "credential",
+                     "x-amz-signature", "x-amz-credential", "x-amz-security-token", "apikey", "api_key", "auth")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,19}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _MAX_NESTING = 3
 
@@ -59,10 +65,14 @@ def credential_problem(url: str, _depth: int = 0) -> str | None:
         return "it cannot be parsed as a URL" if "@" not in str(url) else "it carries credentials (user:password@)"
     if "@" in parts.netloc:
         return "it carries credentials (user:password@ before the host)"
-    for name, value in _params(parts.query) + _params(parts.fragment):
+    where = [("query", n, v) for n, v in _params(parts.query)] + [("fragment", n, v) for n, v in _params(parts.fragment)]
+    for part, name, value in where:
         if _is_credential(name):
-            shown = name if re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", name) else "a parameter"
-            return f"its query parameter {shown!r} looks like credentials"
+            if part == "fragment":
+                return "its fragment looks like credentials"
+            if name.lower() in NAMED_CREDENTIALS:
+                return f"its query parameter {name.lower()!r} looks like credentials"
+            return "a query parameter looks like credentials"
         if "://" in value or "@" in value:
             if _depth >= _MAX_NESTING:
                 return "it nests URLs too deeply"
@@ -86,7 +96,9 @@ def safe_url(url: str | None, _depth: int = 0) -> str:
     if parts is None:
         return "<unreadable URL>"
     if not parts.scheme:
-        return _escape(text if "@" not in text and "?" not in text else "<unreadable URL>")
+        return _escape(text if not any(c in text for c in "@?#") else "<unreadable URL>")
+    if "@" in parts.path or "://" in parts.path:
+        return "<unreadable URL>"  # user info or another URL where the path should stand
     host = parts.netloc.rpartition("@")[2]
     shown = []
     for name, value in _params(parts.query):
@@ -124,5 +136,6 @@ def scheme_problem(url: str, what: str = "store URL") -> str | None:
     scheme = store_scheme(url)
     if scheme in STORE_SCHEMES:
         return None
-    return (f"{what} {safe_url(url)}: unsupported scheme {scheme[:20] + '://'!r}; use file:///dir (or a directory "
+    named = f"{scheme + '://'!r}" if _SCHEME.fullmatch(scheme) else "(not a URL scheme)"
+    return (f"{what} {safe_url(url)}: unsupported scheme {named}; use file:///dir (or a directory "
             f"path) or s3://bucket/prefix (OSS and other S3-compatible stores: s3://...?endpoint=https://...)")

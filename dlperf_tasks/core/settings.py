@@ -10,7 +10,7 @@ Where a value comes from, first match wins:
 2. the environment: ``DLPERF_<KEY>`` (``DLPERF_STORE_URL``, ``DLPERF_CLUSTER``, ``DLPERF_WORK_DIR``,
    ``DLPERF_CATALOG_PATH``, ``DLPERF_NOTIFY_URL``, ``DLPERF_NOTIFY_ON``, ``DLPERF_REDACTION``,
    ``DLPERF_POLICY``, ``DLPERF_TRIAL_RETRIES``, ``DLPERF_LEASE_WAIT_S``, ``DLPERF_TELEMETRY``,
-   ``DLPERF_DEFER_TRIALS``, ``DLPERF_TRIAL_POLL_S`` and the store's read bounds
+   ``DLPERF_DEFER_TRIALS``, ``DLPERF_TRIAL_POLL_S``, ``DLPERF_PURE_PYTHON`` and the store's read bounds
    ``DLPERF_STORE_DEADLINE_S``, ``_STALL_S``, ``_MIN_BYTES``, ``_MAX_DOC_BYTES``, ``_MAX_INDEX_BYTES``);
 3. a ``get(key, default)`` function given by the caller (the scheduler layer maps its own
    configuration section onto it; see the scheduler layer's settings module);
@@ -19,8 +19,7 @@ Where a value comes from, first match wins:
    ``<checkout>/.run`` (what ``make run`` uses), so ``make run`` and ``dlperf results ls``
    see the same store without any setting.
 
-This module (with :mod:`dlperf_tasks.core.envkeys`, its one-key part) is the only reader of a
-``DLPERF_*`` variable (tests/unit/test_settings_sources.py
+This module is the only reader of a ``DLPERF_*`` variable (tests/unit/test_settings_sources.py
 holds every other module to it). Code deep down that is not handed a :class:`Settings` asks
 :func:`env_value` for one key: the same environment-else-default value, checked the same way.
 Secrets are not settings: S3 keys (``DLPERF_S3_*``) are read where the client is built, so
@@ -30,19 +29,124 @@ that no settings object, repr or log line ever holds them.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
-from dlperf_tasks.core.envkeys import (  # noqa: F401 (re-exported: one settings module for callers)
-    ENV_PREFIX, MiB, NOTIFY_ONS, SIMPLE_KEYS, SettingsError, _int, env_name, env_value, parse_value,
-)
+from dlperf_tasks.core.errors import DlperfError
 
-# (json, pathlib and the URL checks are imported by the functions that use them: a command that
-# only asks env_value() for a key, dlperf extract, never needs them)
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import Mapping
+NOTIFY_ONS = ("findings", "confirmed")
+MiB = 1 << 20
+ENV_PREFIX = "DLPERF_"
+
+
+class SettingsError(DlperfError, ValueError):
+    """A setting has a bad value (the message names the key and where it came from; a store URL
+    only in its safe form, :func:`dlperf_tasks.core.safeurl.safe_url`)."""
+
+
+def _int(raw: str, key: str, lo: int) -> int:
+    try:
+        v = int(str(raw).strip())
+    except ValueError:
+        raise SettingsError(f"{key}: {raw!r} is not an integer") from None
+    if v < lo:
+        raise SettingsError(f"{key}: must be >= {lo}")
+    return v
+
+
+def _positive(kind: type) -> Callable[[str, str], float | int]:
+    def parse(raw: str, key: str):
+        try:
+            v = kind(str(raw).strip())
+        except ValueError:
+            raise SettingsError(f"{key}: {raw!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not v > 0:  # NaN too
+            raise SettingsError(f"{key}: {raw!r} must be > 0")
+        return v
+    return parse
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(raw: str, key: str) -> str:
+        v = str(raw).strip().lower()
+        if v not in options:
+            raise SettingsError(f"{key}: {raw!r} is not one of {', '.join(options)}")
+        return v
+    return parse
+
+
+def _flag(raw: str, key: str) -> bool:
+    v = str(raw).strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{key}: {raw!r} is not a yes/no value (1/0, true/false, yes/no, on/off)")
+
+
+def _json_object(raw: str, key: str) -> str:
+    text = str(raw).strip()
+    if not text:
+        return ""
+    import json
+
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise SettingsError(f"{key}: not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(doc, dict):
+        raise SettingsError(f"{key}: must be a JSON object, not {type(doc).__name__}")
+    return text
+
+
+def _catalog_path(raw: str, key: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in str(raw).split(os.pathsep) if p.strip())
+
+
+def _optional(raw: str, key: str) -> str | None:
+    return str(raw).strip() or None
+
+
+#: The keys read the same way everywhere, in ``load`` and in :func:`env_value`: key -> (default as
+#: text, parser(raw, where) -> value). The others (store_url, cluster, work_dir, redaction, policy,
+#: retries) have their own code in :func:`load_values` (relative paths, the store's source...).
+SIMPLE_KEYS: dict[str, tuple[str, Callable[[str, str], object]]] = {
+    "catalog_path": ("", _catalog_path),
+    "notify_url": ("", _optional),
+    "notify_on": ("findings", _choice(NOTIFY_ONS)),
+    "telemetry": ("", _json_object),
+    "defer_trials": ("1", _flag),
+    "pure_python": ("0", _flag),
+    "trial_poll_s": ("5", _positive(float)),
+    "store_deadline_s": ("900", _positive(float)),
+    "store_stall_s": ("30", _positive(float)),
+    "store_min_bytes": ("1024", _positive(int)),
+    "store_max_doc_bytes": (str(64 * MiB), _positive(int)),
+    "store_max_index_bytes": (str(1024 * MiB), _positive(int)),
+}
+
+
+def env_name(key: str) -> str:
+    """The environment variable of a settings key (``store_stall_s`` -> ``DLPERF_STORE_STALL_S``)."""
+    return ENV_PREFIX + key.upper()
+
+
+def parse_value(key: str, raw: str | None, where: str | None = None):
+    """``raw`` checked as the value of ``key`` (one of :data:`SIMPLE_KEYS`; None: its default);
+    a bad one raises SettingsError naming ``where`` (default: the key)."""
+    default, parse = SIMPLE_KEYS[key]
+    return parse(default if raw is None else raw, where or key)
+
+
+def env_value(key: str, env: Mapping[str, str] | None = None):
+    """One key as :meth:`Settings.load` reads it from the environment, else its default: for code
+    that is not handed a :class:`Settings` (a library call, a test); entry points pass theirs."""
+    env = os.environ if env is None else env
+    name = env_name(key)
+    raw = env.get(name)
+    return parse_value(key, raw or None, f"${name}" if raw else key)
+
 
 POLICIES = ("continue", "fail_fast")
 REDACTIONS = ("ips", "hostnames", "users")
@@ -95,7 +199,7 @@ class Settings:
     notify_on: str = "findings"  # findings: every regression check notifies; confirmed: A/B-confirmed only
     telemetry: str = ""  # JSON object (interval_s, nvidia_smi, policy...; {"enabled": false} = off)
     defer_trials: bool = True  # the scheduler hands a started trial to the triggerer
-    no_suite_cache: bool = False  # True: built-in suites are parsed on every load (catalog/suitecache.py)
+    pure_python: bool = False  # True: the parsers never use the compiled scanners (frameworks/_native.py)
     trial_poll_s: float = 5.0  # how often the triggerer polls a deferred trial's jobs
     store_deadline_s: float = 900.0  # bounds on what is read back from a store (store/limits.py)
     store_stall_s: float = 30.0

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 
-from dlperf_tasks.core.records import record
 from dlperf_tasks.core.errors import PlanError
-from dlperf_tasks.core.lazyre import lazy
 
-_TOPO_RE = lazy(r"^(?P<nodes>[1-9]\d*)n(?P<gpus>[1-9]\d*)g$")
+_TOPO_RE = re.compile(r"^(?P<nodes>[1-9]\d*)n(?P<gpus>[1-9]\d*)g$")
 
 
-@record(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Topology:
     nodes: int
     gpus_per_node: int

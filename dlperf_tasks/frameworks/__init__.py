@@ -9,12 +9,12 @@ finds it there when ``name`` is not one of the built-in names below.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import re
+from pathlib import Path
 
-from dlperf_tasks.core.lazyre import lazy
+from dlperf_tasks.core.catalog_path import site_dirs
 from dlperf_tasks.frameworks.base import Framework
-
-# (pathlib, inspect and the catalog path are imported by the functions that look for a module
-# outside the built-in names: start-up of dlperf extract)
 
 # name -> "module:Class"; imported lazily so the CLI and DAG parsing stay fast.
 _MODULES = {
@@ -27,15 +27,11 @@ _MODULES = {
 }
 
 _CACHE: dict[str, Framework] = {}
-_NAME = lazy(r"^[a-z][a-z0-9_]{0,63}$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 def names() -> list[str]:
     """Built-in names, plus framework modules found in the package or a catalog's ``frameworks/``."""
-    from pathlib import Path
-
-    from dlperf_tasks.core.catalog_path import site_dirs  # lazy: start-up of dlperf extract (settings)
-
     found = set(_MODULES)
     here = Path(__file__).resolve().parent
     try:
@@ -49,10 +45,6 @@ def names() -> list[str]:
 
 def _module_file(name: str):
     """``<name>.py`` in this package, else in a catalog directory's ``frameworks/``."""
-    from pathlib import Path
-
-    from dlperf_tasks.core.catalog_path import site_dirs  # lazy: start-up of dlperf extract (settings)
-
     own = Path(__file__).resolve().parent / f"{name}.py"
     if own.is_file():
         return own
@@ -67,18 +59,14 @@ def _discover(name: str) -> Framework | None:
     path = _module_file(name) if _NAME.match(name) else None
     if path is None:
         return None
-    import importlib.util
-    import inspect
-    from pathlib import Path
-
     if path.parent == Path(__file__).resolve().parent:
         module = importlib.import_module(f"{__name__}.{name}")
     else:
         spec = importlib.util.spec_from_file_location(f"dlperf_site_frameworks.{name}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    found = [c for _, c in inspect.getmembers(module, inspect.isclass)
-             if issubclass(c, Framework) and c is not Framework and getattr(c, "name", "") == name]
+    found = [c for _, c in sorted(vars(module).items())
+             if isinstance(c, type) and issubclass(c, Framework) and c is not Framework and getattr(c, "name", "") == name]
     return found[0]() if found else None
 
 

@@ -358,8 +358,74 @@ error:
     return NULL;
 }
 
+/* which(text, literals): bit i set when literals[i] occurs in the ASCII text, or None (not ASCII); the
+ * literals: ASCII, 2 to 255 characters, at most 63. Per literal, memchr for its least common character
+ * (the logs' tqdm text and numbers hold few of them), compared in full where found: the rest of a block
+ * is searched for PyTorch's literals and every crash hint in one call (what `literal in text` gives). */
+#define MAX_LITERALS 63
+
+static int
+commonness(unsigned char c)
+{
+    static const char common[] = " 0te:s1ra6ni.24_o3598l/\n|7p,g[]I%<#cdum=hbkfwxTFvLEAR'P";
+    const char *f = c ? strchr(common, (int)c) : NULL;
+    return f ? (int)(sizeof common - (size_t)(f - common)) : 0;
+}
+
+static int
+occurs(const unsigned char *p, Py_ssize_t n, const unsigned char *lit, Py_ssize_t len)
+{
+    Py_ssize_t off = 0;
+    for (Py_ssize_t q = 1; q < len; q++)
+        if (commonness(lit[q]) < commonness(lit[off]))
+            off = q;
+    for (Py_ssize_t j = off; j + (len - off) <= n;) {
+        const unsigned char *f = memchr(p + j, lit[off], (size_t)(n - (len - off) - j + 1));
+        if (!f)
+            return 0;
+        j = f - p;
+        if (memcmp(p + j - off, lit, (size_t)len) == 0)
+            return 1;
+        j++;
+    }
+    return 0;
+}
+
+static PyObject *
+which(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *text, *lits;
+    if (!PyArg_ParseTuple(args, "UO!:which", &text, &PyTuple_Type, &lits))
+        return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(lits);
+    if (k > MAX_LITERALS) {
+        PyErr_SetString(PyExc_ValueError, "which(): at most 63 literals");
+        return NULL;
+    }
+    for (Py_ssize_t a = 0; a < k; a++) {
+        PyObject *s = PyTuple_GET_ITEM(lits, a);
+        if (!PyUnicode_Check(s) || !PyUnicode_IS_ASCII(s) || PyUnicode_GET_LENGTH(s) < 2
+                || PyUnicode_GET_LENGTH(s) > 255) {
+            PyErr_SetString(PyExc_ValueError, "which(): each literal is an ASCII str of 2 to 255 characters");
+            return NULL;
+        }
+    }
+    if (!PyUnicode_IS_ASCII(text))
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    uint64_t found = 0;
+    for (Py_ssize_t a = 0; a < k; a++) {
+        PyObject *s = PyTuple_GET_ITEM(lits, a);
+        if (occurs(p, n, PyUnicode_1BYTE_DATA(s), PyUnicode_GET_LENGTH(s)))
+            found |= (uint64_t)1 << a;
+    }
+    return PyLong_FromUnsignedLongLong(found);
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O, "scan(block) -> (rest, epochs, steps, timestamps, losses) or None (use the Python path)"},
+    {"which", which, METH_VARARGS, "which(text, literals) -> bit mask of the literals that occur, or None (non-ASCII)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -18,7 +18,10 @@
  * (the same set and maximum as steps; a step's lines come one per rank in a row). Or None ("fall back": the caller runs the Python path) when
  * the block is not ASCII, a step has more than 18 digits, or a latency is not a plain unsigned
  * decimal (digits with at most one '.', at most 40 characters) whose value is > 0, or the sum
- * of the latencies is not finite. Only CPython's C API is used.
+ * of the latencies is not finite, or a line is odd: a "[step " on a line longer than MAX_STEP_LINE,
+ * or followed on its line by another "[step " or by two "latency=" (mxnet_bert.odd_step_lines: the
+ * Python path refuses such a line; trying each of them, as the regex does, is quadratic in the line).
+ * Only CPython's C API is used.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -30,6 +33,7 @@
 #include "_cnum.h"
 
 #define MAX_STEP_DIGITS 18
+#define MAX_STEP_LINE 2048 /* _stream.MAX_STEP_LINE */
 #define MAX_LAT_CHARS 40
 
 /* \s of a str pattern, for ASCII characters */
@@ -82,6 +86,43 @@ plain_at(const char *s, Py_ssize_t n, Py_ssize_t i)
 typedef struct {
     Py_ssize_t step0, step1, mlm0, mlm1, nsp0, nsp1, lat0, lat1, end;
 } Match;
+
+/* Where `lit` (len k) first occurs in s[from:to], or -1 (memchr for its first character, then memcmp). */
+static Py_ssize_t
+find_in(const char *s, Py_ssize_t from, Py_ssize_t to, const char *lit, Py_ssize_t k)
+{
+    while (from <= to - k) {
+        const char *hit = memchr(s + from, lit[0], (size_t)(to - k + 1 - from));
+        if (hit == NULL)
+            return -1;
+        if (memcmp(hit, lit, (size_t)k) == 0)
+            return hit - s;
+        from = hit - s + 1;
+    }
+    return -1;
+}
+
+/* 1 when a line of the block is odd (see the top of this file): the Python path then decides. Each
+ * line's first "[step " is looked at once: linear in the block. */
+static int
+has_odd_line(const char *s, Py_ssize_t n)
+{
+    Py_ssize_t p = find_in(s, 0, n, "[step ", 6);
+    while (p >= 0) {
+        Py_ssize_t start = p;
+        while (start > 0 && s[start - 1] != '\n')
+            start--;
+        const char *nl = memchr(s + p, '\n', (size_t)(n - p));
+        Py_ssize_t eol = nl ? nl - s : n;
+        if (eol - start > MAX_STEP_LINE || find_in(s, p + 6, eol, "[step ", 6) >= 0)
+            return 1;
+        Py_ssize_t lat = find_in(s, p, eol, "latency=", 8);
+        if (lat >= 0 && find_in(s, lat + 8, eol, "latency=", 8) >= 0)
+            return 1;
+        p = find_in(s, eol, n, "[step ", 6);
+    }
+    return 0;
+}
 
 /* The latency part from the latency= at q: \s*+(\S+)\s*ms/batch. 1 and m->lat0/lat1/end set, or 0. */
 static int
@@ -301,6 +342,8 @@ scan(PyObject *Py_UNUSED(module), PyObject *arg)
         Py_RETURN_NONE;
     const char *s = (const char *)PyUnicode_1BYTE_DATA(arg);
     Py_ssize_t n = PyUnicode_GET_LENGTH(arg);
+    if (has_odd_line(s, n))
+        Py_RETURN_NONE;
 
     Out o = {0};
     /* each output is at most the block's length (+1: PyMem_Malloc(0) is fine too) */

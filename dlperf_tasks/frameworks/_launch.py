@@ -8,18 +8,14 @@ value from a suite YAML or the UI always reaches the remote shell as one literal
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Mapping
+from typing import Any
 
 from dlperf_tasks.core.errors import CatalogError
-from dlperf_tasks.core.lazyre import lazy
+from dlperf_tasks.frameworks.launchspec import NodeSpec
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
-    from dlperf_tasks.frameworks.launchspec import NodeSpec
-
-_ENV_NAME = lazy(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def setting(settings: Mapping | None, key: str, default: Any) -> Any:

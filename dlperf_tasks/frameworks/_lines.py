@@ -13,18 +13,16 @@
 
 from __future__ import annotations
 
+import codecs
+import copy
 import math
 import re
 from itertools import compress, count, repeat
 from operator import add, attrgetter, ge
+from collections.abc import Iterable, Iterator
 
-from dlperf_tasks.core.lazyre import lazy
 from dlperf_tasks.core.model import LogFacts, Sample, as_samples
 from dlperf_tasks.core.samples import SAMPLE_FIELDS
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterable, Iterator
 
 #: longest line kept (longer ones are cut; real training lines are < 4 KiB,
 #: the MXNet ``Namespace(...)`` line is ~20 KiB)
@@ -37,24 +35,23 @@ _NEWLINES = re.compile(r"\r\n|\r|\n")
 _TAG = re.compile(r"^\[(\d+),(\d+)\]<(?:stdout|stderr|stddiag)>:")
 
 # (marker name reported in LogFacts.crash_markers, regex searched in each line)
-#: (each compiled on first use: a log without a crash hint never needs one)
 CRASH_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("Traceback", lazy(r"Traceback \(most recent call last\)")),
-    ("CUDA out of memory", lazy(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
-    ("out of memory", lazy(r"\bResourceExhaustedError\b|\bOOM when allocating\b|std::bad_alloc")),
-    ("NCCL error", lazy(r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN .*(?i:failed|error)")),
-    ("Killed", lazy(r"(?:^|\s)Killed(?:\s|$)")),
-    ("exited on signal", lazy(r"exited on signal \d+")),
-    ("non-zero exit", lazy(r"returned a non-zero exit code|returned non-zero exit status")),
-    ("Segmentation fault", lazy(r"Segmentation fault|SIGSEGV|core dumped")),
-    ("MPI abort", lazy(r"MPI_ABORT was invoked|ORTE has lost communication|ORTE was unable to reliably start")),
-    ("CUDA error", lazy(r"CUDA error: |CUDNN_STATUS_[A-Z_]*ERROR|cudaErrorLaunchFailure|an illegal memory access")),
-    ("MXNet error", lazy(r"mxnet\.base\.MXNetError")),
+    ("Traceback", re.compile(r"Traceback \(most recent call last\)")),
+    ("CUDA out of memory", re.compile(r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")),
+    ("out of memory", re.compile(r"\bResourceExhaustedError\b|\bOOM when allocating\b|std::bad_alloc")),
+    ("NCCL error", re.compile(r"NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL WARN .*(?i:failed|error)")),
+    ("Killed", re.compile(r"(?:^|\s)Killed(?:\s|$)")),
+    ("exited on signal", re.compile(r"exited on signal \d+")),
+    ("non-zero exit", re.compile(r"returned a non-zero exit code|returned non-zero exit status")),
+    ("Segmentation fault", re.compile(r"Segmentation fault|SIGSEGV|core dumped")),
+    ("MPI abort", re.compile(r"MPI_ABORT was invoked|ORTE has lost communication|ORTE was unable to reliably start")),
+    ("CUDA error", re.compile(r"CUDA error: |CUDNN_STATUS_[A-Z_]*ERROR|cudaErrorLaunchFailure|an illegal memory access")),
+    ("MXNet error", re.compile(r"mxnet\.base\.MXNetError")),
     # the script refused its command line (argparse exits 2, absl 1) or failed a setup check before
     # training: the line says why (a misspelled flag, a BERT-large config, a Megatron assert)
-    ("usage error", lazy(r"\S: error: (?:unrecognized arguments|the following arguments are required|argument )"
+    ("usage error", re.compile(r"\S: error: (?:unrecognized arguments|the following arguments are required|argument )"
                          r"|FATAL Flags parsing error")),
-    ("setup error", lazy(r"^(?:ValueError|AssertionError|FileNotFoundError): \S")),
+    ("setup error", re.compile(r"^(?:ValueError|AssertionError|FileNotFoundError): \S")),
 ]
 
 # Every crash pattern above contains one of these literal substrings. A line with none of them
@@ -153,8 +150,6 @@ def read_log(path: str) -> Iterator[str]:
 
 def _utf8_safe(blocks: Iterable[bytes]) -> Iterator[str]:
     """Decode byte blocks without splitting a multi-byte UTF-8 character across blocks."""
-    import codecs
-
     dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
     for b in blocks:
         yield dec.decode(b)
@@ -254,8 +249,6 @@ class FactCollector:
 
     def snapshot(self) -> LogFacts:
         """A copy of the facts so far (the collector keeps going)."""
-        import copy
-
         snap = copy.copy(self.facts)
         snap.iterations_seen = sorted(self._iters)
         snap.ranks_seen = sorted(self._ranks)
@@ -310,10 +303,6 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
         return None, total + skip
     samples = as_samples(samples)
     its = samples.iteration
-    key = (len(its), stride, warmup, total, skip)
-    last = _LAST_WINDOW[0]  # one read of an immutable entry: another thread's gate can only replace it whole
-    if last[0] is samples and last[1] == key:  # check() then trial_metric() of one trial: found once
-        return last[2]
     stride = max(int(stride or 1), 1)
     origin = its[0] - stride
     want_start, want_end = origin + skip + warmup, origin + skip + total
@@ -322,20 +311,13 @@ def step_window(samples: list, stride: int | None, warmup: int, total: int, skip
     start = _first_at_least(its, want_start)
     end = None if start is None else _first_at_least(its, want_end)
     if end is None:
-        out = None, want_end
-    else:
-        columns = _COLUMNS(samples)
-        out = Sample(*[c[start] for c in columns]), Sample(*[c[end] for c in columns])
-    _LAST_WINDOW[0] = (samples, key, out)
-    return out
+        return None, want_end
+    columns = _COLUMNS(samples)
+    return Sample(*[c[start] for c in columns]), Sample(*[c[end] for c in columns])
 
 
 #: the columns of a Samples, in Sample's field order
 _COLUMNS = attrgetter(*SAMPLE_FIELDS)
-#: step_window's last (Samples, arguments, answer), as one tuple so that concurrent gates (the engine runs
-#: trials in threads) never read one trial's Samples with another's answer; the Samples is held, so its
-#: identity cannot be reused while it is here
-_LAST_WINDOW: list = [(None, None, None)]
 
 
 def _first_at_least(values: list, bound) -> int | None:

@@ -11,9 +11,7 @@ piece are normalised once (``\\r\\n`` and ``\\r`` become ``\\n`` like Python's u
 NUL bytes dropped, tqdm's block glyphs read as ``#``), counted with ``str.count`` and searched
 with compiled regexes that start with a literal (``re`` then skips to candidates at C speed).
 Only the matching lines cost Python time; crash markers are found with ``in`` per literal hint,
-then checked line by line. The compiled ``_cstream`` (setup.py builds it) does the glyphs, the
-newlines, the line count, ``lines_with`` and the hint search (all hints in one pass) over ASCII
-text; without it, or on other text, the same passes run in Python (the reference: same results).
+then checked line by line.
 
 Caps (``max_lines``, :data:`MAX_LINE`): a line longer than ``MAX_LINE`` characters and a stream
 longer than ``max_lines`` lines are recorded in ``facts.errors`` with a clear reason (the gate
@@ -23,27 +21,24 @@ makes the trial invalid); past ``max_lines`` nothing more is scanned.
 from __future__ import annotations
 
 import codecs
+import itertools
 import math
 import re
+from collections import Counter
+from collections.abc import Iterable
+from operator import contains, sub
 
-from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, FactCollector, strip_tag
+from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, MAX_RECORDED, FactCollector, strip_tag
 from dlperf_tasks.core.model import LogFacts, ParsedLog, Sample, Samples
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterable
-
-try:  # the compiled block passes (setup.py builds it; without it: the same passes in Python, same results)
-    from dlperf_tasks.frameworks import _cstream
-except ImportError:  # pragma: no cover - a machine without a C compiler
-    _cstream = None
-
-
 
 #: the UTF-8 of U+2580-U+259F (block elements): tqdm draws its bars with them (DLE logs are full of
 #: bars). Read as ``#``: they only ever draw bars, and a text without them is usually all ASCII,
 #: which CPython stores one byte a character: every search over it is then faster (~12 % of a
 #: PyTorch BERT parse). A glyph split between two pieces is left as it is (correct, only slower).
+#: the longest step line a parser with a :attr:`LogStream.step_marker` reads (gluon-nlp's are ~150
+#: characters; its Namespace lines, which may be longer, hold no step marker)
+MAX_STEP_LINE = 2048
+
 _BAR_GLYPHS = re.compile(rb"\xe2\x96[\x80-\x9f]")
 
 #: a text left for the crash-marker scan at least this long is scanned once per distinct line
@@ -57,28 +52,66 @@ _DEDUPE_FROM = 32 * 1024
 #: the per-hint scan below cannot find anything and is skipped (~0.1 -> 0.06 ms a PyTorch log)
 _SHAPES_FROM = 8 * 1024
 _DIGITS_TO_0 = bytes.maketrans(b"123456789", b"000000000")
+_DIGITS_TO_0_STR = str.maketrans("123456789", "000000000")
 _HINTS_ASCII = tuple(h.encode("ascii") for h in _CRASH_HINTS)
 assert not any(c.isdigit() or c == "\n" for h in _CRASH_HINTS for c in h), "the shape check needs digit-free hints"
 
 
-#: line shapes already seen to hold no crash hint (the logs of one tree share most of theirs: NCCL
-#: set-up, tqdm bars): a later text is checked only on its shapes not in here. Bounded: emptied when full
-_CLEAN_SHAPES: set[bytes] = set()
-_CLEAN_SHAPES_MAX = 4096
+def line_shapes(text: str) -> str:
+    """The distinct lines of an ASCII ``text`` with every digit read as ``0``, joined by newlines: a
+    literal without digits or newlines occurs in ``text`` exactly when it occurs in this (tqdm bars
+    and step counters differ only in their digits: a log's many lines come down to a few shapes)."""
+    return "\n".join(set(text.translate(_DIGITS_TO_0_STR).split("\n")))
+
+
+def literals_in(text: str, literals: tuple[str, ...]) -> int:
+    """Bit i set when ``literals[i]`` (no digit, no newline) occurs in the ASCII ``text``."""
+    shapes = line_shapes(text) if len(text) >= _SHAPES_FROM else text
+    return sum(1 << i for i, literal in enumerate(literals) if literal in shapes)
 
 
 def _may_hold_hint(text: str) -> bool:
     """False only when no crash hint occurs anywhere in ``text`` (an ASCII str)."""
-    new = set(text.encode("ascii").translate(_DIGITS_TO_0).split(b"\n")).difference(_CLEAN_SHAPES)
-    if not new:
-        return False
-    shapes = b"\n".join(new)
-    if any(map(shapes.__contains__, _HINTS_ASCII)):  # no generator frame per hint
-        return True
-    if len(_CLEAN_SHAPES) + len(new) > _CLEAN_SHAPES_MAX:
-        _CLEAN_SHAPES.clear()
-    _CLEAN_SHAPES.update(new)
-    return False
+    shapes = b"\n".join(set(text.encode("ascii").translate(_DIGITS_TO_0).split(b"\n")))
+    return any(map(shapes.__contains__, _HINTS_ASCII))
+
+
+def _lines_holding_twice(block: str, field: str) -> list[tuple[int, int]]:
+    """(start, end) of each line of ``block`` that holds ``field`` more than once. One ``split`` and one
+    newline test per occurrence at C speed (the usual answer: none); the lines only when there are some."""
+    pieces = block.split(field)
+    if len(pieces) < 3 or all(map(contains, itertools.islice(pieces, 1, len(pieces) - 1), itertools.repeat("\n"))):
+        return []
+    out: list[tuple[int, int]] = []
+    pos = block.find(field)
+    while pos >= 0:
+        start = block.rfind("\n", 0, pos) + 1
+        end = block.find("\n", pos)
+        end = len(block) if end < 0 else end
+        if block.find(field, pos + len(field), end) >= 0:
+            out.append((start, end))
+        pos = block.find(field, end)
+    return out
+
+
+def long_lines(block: str, limit: int) -> list[tuple[int, int]]:
+    """(start, end) of each line of ``block`` longer than ``limit`` characters (``end``: its newline or
+    the block's end). Such a line covers a whole aligned window of ``(limit + 1) // 2`` characters, so
+    one bounded ``find`` per window finds every one: linear in the block, whatever its lines."""
+    step = max((limit + 1) // 2, 1)
+    out: list[tuple[int, int]] = []
+    lo, size = 0, len(block)
+    while lo + step <= size:
+        if block.find("\n", lo, lo + step) >= 0:
+            lo += step
+            continue
+        start = block.rfind("\n", 0, lo) + 1
+        end = block.find("\n", lo)
+        end = size if end < 0 else end
+        if end - start > limit and (not out or out[-1][0] != start):
+            out.append((start, end))
+        lo = max(lo + step, end)
+    return out
 
 
 def _long_line_at(block: str) -> int:
@@ -111,13 +144,15 @@ def _kv_patterns(names: str) -> tuple[re.Pattern, re.Pattern]:
 _KV = _kv_patterns(_KV_NAME)
 
 
-def kv_args(text: str, keys: tuple[str, ...] | None = None) -> dict[str, str]:
+def kv_pattern(*keys: str) -> tuple[re.Pattern, re.Pattern]:
+    """:func:`kv_args`' patterns for only these keys (a parser makes its own once, at import)."""
+    return _kv_patterns("|".join(re.escape(k).replace("_", "[_-]") for k in keys))
+
+
+def kv_args(text: str, keys: tuple[re.Pattern, re.Pattern] = _KV) -> dict[str, str]:
     """``Namespace(a=1, b='x')`` / ``--a=1 --b x`` -> {"a": "1", "b": "x"} (``=`` forms only).
-    ``keys``: only these (one regex for just them: a Namespace line has dozens of others)."""
-    cached = _KV_RESULTS.get((text, keys))
-    if cached is not None:  # every rank and every trial of a run prints the same Namespace line
-        return dict(cached)
-    at_start, after = _KV if keys is None else _kv_for(keys)
+    ``keys``: a :func:`kv_pattern` for only some keys (a Namespace line has dozens of others)."""
+    at_start, after = keys
     out = {}
     pos = 0
     m = at_start.match(text)
@@ -126,27 +161,7 @@ def kv_args(text: str, keys: tuple[str, ...] | None = None) -> dict[str, str]:
         pos = m.end()
     for m in after.finditer(text, pos):
         out[m.group(1).replace("-", "_")] = m.group(2).strip("'\"")
-    if len(text) <= _KV_TEXT_MAX:
-        if len(_KV_RESULTS) >= _KV_RESULTS_MAX:
-            _KV_RESULTS.clear()
-        _KV_RESULTS[(text, keys)] = dict(out)
     return out
-
-
-#: kv_args' answers by (text, keys): a pure function of them, kept for the next identical line (bounded)
-_KV_RESULTS: dict[tuple[str, tuple[str, ...] | None], dict[str, str]] = {}
-_KV_RESULTS_MAX = 64
-_KV_TEXT_MAX = 16 * 1024
-
-
-_KV_CACHE: dict[tuple[str, ...], tuple[re.Pattern, re.Pattern]] = {}
-
-
-def _kv_for(keys: tuple[str, ...]) -> tuple[re.Pattern, re.Pattern]:
-    rx = _KV_CACHE.get(keys)
-    if rx is None:
-        rx = _KV_CACHE[keys] = _kv_patterns("|".join(re.escape(k).replace("_", "[_-]") for k in keys))
-    return rx
 
 
 def as_int(value) -> int | None:
@@ -187,13 +202,14 @@ class LogStream:
         self._capped = False
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._lineno = 0  # lines completed before the current block
+        self._counted: tuple[str | None, int, int] = (None, 0, 0)  # line_no's last (block, position, newlines)
 
     # ------------------------------------------------------------ feeding
     def feed(self, chunk: str | bytes | bytearray) -> None:
         """Add the next piece of the log (may end in the middle of a line)."""
         if isinstance(chunk, (bytes, bytearray)):
             if not chunk.isascii():
-                chunk = _BAR_GLYPHS.sub(b"#", chunk) if _cstream is None else _cstream.bars(bytes(chunk))
+                chunk = _BAR_GLYPHS.sub(b"#", chunk)
             text = self._decoder.decode(bytes(chunk))
         else:
             text = chunk
@@ -220,8 +236,7 @@ class LogStream:
         self._pending = text[cut + 1:]
         block = text[:cut + 1]
         if "\r" in block:
-            crlf = _cstream.newlines(block) if _cstream is not None else None
-            block = crlf if crlf is not None else block.replace("\r\n", "\n").replace("\r", "\n")
+            block = block.replace("\r\n", "\n").replace("\r", "\n")
         if self._skipping:
             block = block[block.index("\n") + 1:]
             self._skipping = False
@@ -253,9 +268,7 @@ class LogStream:
             return
         if "\x00" in block:
             block = block.replace("\x00", "")
-        n = _cstream.count_nl(block) if _cstream is not None else None
-        if n is None:
-            n = block.count("\n")
+        n = block.count("\n")
         if self.max_lines is not None and self._lineno + n > self.max_lines:
             keep = self.max_lines - self._lineno
             end = -1
@@ -281,12 +294,39 @@ class LogStream:
         if not self.keep_samples:
             self.samples.clear()
 
+    def drop_odd_step_lines(self, block: str, marker: str, field: str) -> tuple[str, str]:
+        """``block`` with each odd step line emptied (its newline kept: line numbers stay) and recorded
+        as an error, and those lines (for the crash-marker scan). Odd: ``marker`` (what a step regex
+        starts at) on a line longer than :data:`MAX_STEP_LINE`, or followed on its line by another
+        ``marker`` or by two ``field`` (what the regex backtracks to): trying each of them is
+        quadratic in the line. The usual block has none, found in one ``split`` per literal."""
+        odd: dict[int, tuple[int, str]] = {}  # line start -> (end, why)
+        for start, end in long_lines(block, MAX_STEP_LINE):
+            if marker in block[start:end]:
+                odd[start] = (end, f"a '{marker.strip()}' line of {end - start} characters (cap {MAX_STEP_LINE})")
+        for start, end in _lines_holding_twice(block, marker):
+            odd.setdefault(start, (end, f"'{marker.strip()}' more than once on one line"))
+        for start, end in _lines_holding_twice(block, field):
+            first = block.find(marker, start, end)
+            if first >= 0 and block.count(field, first, end) > 1:
+                odd.setdefault(start, (end, f"'{field}' more than once after '{marker.strip()}'"))
+        if not odd:
+            return block, ""
+        keep, removed, at = [], [], 0
+        for start in sorted(odd):
+            end, why = odd[start]
+            if len(removed) < MAX_RECORDED:
+                self.fc.error(f"line {self.line_no(block, start)}: not read as a step line: {why}")
+            keep.append(block[at:start])
+            removed.append(block[start:end + 1])
+            at = end
+        keep.append(block[at:])
+        return "".join(keep), "".join(removed)
+
     def _crash_scan(self, block: str) -> None:
         fc = self.fc
         hints = _CRASH_HINTS
         mask, self.rest_hints = self.rest_hints, None
-        if mask is None and _cstream is not None:
-            mask = _cstream.which(block, _CRASH_HINTS)
         if mask is not None:  # one pass: only the hints that occur are looked for below (same lines, same order)
             if not mask:
                 return
@@ -310,8 +350,15 @@ class LogStream:
 
     # ------------------------------------------------------------ helpers for scan()
     def line_no(self, block: str, pos: int) -> int:
-        """1-based number of the line holding ``block[pos]`` (for error messages)."""
-        return self._lineno + block.count("\n", 0, pos) + 1
+        """1-based number of the line holding ``block[pos]`` (for error messages). Counted on from the
+        last call's position when it is in the same block and not past ``pos``: a block's bad lines,
+        asked for in order, cost one pass over the block, not one each."""
+        seen, at, count = self._counted
+        if seen is not block or pos < at:
+            at = count = 0
+        count += block.count("\n", at, pos)
+        self._counted = (block, pos, count)
+        return self._lineno + count + 1
 
     @staticmethod
     def line_at(block: str, pos: int) -> tuple[int, str]:
@@ -323,8 +370,12 @@ class LogStream:
     @staticmethod
     def lines_with(block: str, literal: str) -> Iterable[tuple[int, str]]:
         """Each line (start offset, text) that contains ``literal``, once."""
-        found = _cstream.lines_with(block, literal) if _cstream is not None else None
-        return _lines_with(block, literal) if found is None else found
+        pos = block.find(literal)
+        while pos >= 0:
+            start = block.rfind("\n", 0, pos) + 1
+            end = block.find("\n", pos)
+            yield start, block[start:end]
+            pos = block.find(literal, end)
 
     @staticmethod
     def rank_at(block: str, start: int) -> int | None:
@@ -374,21 +425,8 @@ class LogStream:
             if its[-1] - its[0] == len(its) - 1:  # sorted distinct ints: every step is 1 (the Counter's answer)
                 facts.stride = its[1] - its[0]
             else:
-                from collections import Counter
-                from operator import sub
-
                 facts.stride = Counter(map(sub, its[1:], its)).most_common(1)[0][0]
         return ParsedLog(samples=self.samples, facts=facts, extra=self.extra)
-
-
-def _lines_with(block: str, literal: str) -> Iterable[tuple[int, str]]:
-    """:meth:`LogStream.lines_with` in Python (the reference of ``_cstream.lines_with``)."""
-    pos = block.find(literal)
-    while pos >= 0:
-        start = block.rfind("\n", 0, pos) + 1
-        end = block.find("\n", pos)
-        yield start, block[start:end]
-        pos = block.find(literal, end)
 
 
 def parse_with(stream: LogStream, lines: Iterable[str | bytes]) -> ParsedLog:

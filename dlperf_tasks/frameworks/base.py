@@ -7,27 +7,12 @@ A framework module defines one subclass of :class:`Framework` and registers it i
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
 
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
 from dlperf_tasks.frameworks import preflight
-from dlperf_tasks.frameworks._stream import parse_with
-from dlperf_tasks.frameworks._stream import LineParseStream
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterable, Mapping
-
-    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
-
-
-def __getattr__(name: str):
-    """``NodeSpec`` and ``LaunchSpec`` (frameworks/launchspec.py), imported on first use: every
-    framework module, site ones included, imports them from here; dlperf extract never does."""
-    if name in ("NodeSpec", "LaunchSpec"):
-        from dlperf_tasks.frameworks import launchspec
-
-        return getattr(launchspec, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+from dlperf_tasks.frameworks._stream import LineParseStream, parse_with
+from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
 
 class Framework(ABC):

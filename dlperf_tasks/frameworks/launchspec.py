@@ -1,16 +1,14 @@
 """What a framework's ``launch`` returns, and what it is told about the nodes: :class:`NodeSpec`
-and :class:`LaunchSpec` (re-exported by :mod:`dlperf_tasks.frameworks.base`). Apart from base.py:
-dlperf extract, which launches nothing, never builds them (~1 ms of its start-up with shlex)."""
+and :class:`LaunchSpec` (framework modules import them from :mod:`dlperf_tasks.frameworks.base`)."""
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import field
-
-from dlperf_tasks.core.records import record
+from dataclasses import dataclass, field
 
 
-@record(frozen=True)
+
+@dataclass(frozen=True, slots=True)
 class NodeSpec:
     """What a command builder needs to know about a node (never logged with IPs)."""
 
@@ -20,7 +18,7 @@ class NodeSpec:
     interface: str | None = None  # NCCL_SOCKET_IFNAME / btl_tcp_if_include
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """Everything needed to start one node's part of a trial.
 

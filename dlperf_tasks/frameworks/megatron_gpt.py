@@ -41,16 +41,14 @@ from dlperf_tasks.frameworks._lines import parse_float, round2
 from dlperf_tasks.frameworks._stream import LogStream, as_int
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Sample, Trial, TrialMetric, Window
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
+from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
 _ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _ELAPSED = re.compile(r"elapsed time per iteration \(ms\)\s*:\s*([^\s|]+)\s*\|")  # the "|" proves the value is whole
 _LM_LOSS = re.compile(r"\blm loss\s*:?\s*([^\s|]+)")  # 2020: 'lm loss 9.6E+00'; later 'lm loss: ...'
 _SKIPPED = re.compile(r"number of skipped iterations\s*:\s*(\d+)")
 _NAN_ITERS = re.compile(r"number of nan iterations\s*:\s*(\d+)")
+_GRAD_NORM = re.compile(r"\bgrad norm\s*:\s*([^\s|]+)")
 _TFLOPS = re.compile(r"\(TFLOP/s/GPU\)\s*:\s*([^\s|]+)")
 _ARG = re.compile(r" ([a-z][a-z0-9_]*) \.{3,} ([^\n]*)")
 _GBS = re.compile(r"global batch size:\s*(\d+)")
@@ -142,8 +140,6 @@ class MegatronGpt(Framework):
         }
         if nodes[node_rank].interface:
             env["NCCL_SOCKET_IFNAME"] = nodes[node_rank].interface
-        from dlperf_tasks.frameworks.launchspec import LaunchSpec  # lazy: dlperf extract launches nothing
-
         return LaunchSpec(argv=argv, env=L.env_from(settings, env), workdir=workdir)
 
     # ---- logs ------------------------------------------------------------
@@ -303,6 +299,9 @@ class MegatronStream(LogStream):
         nm = _NAN_ITERS.search(text)
         if nm and int(nm.group(1)):
             self.nonfinite_loss(it, "number of nan iterations", nm.group(1))
+        gn = _GRAD_NORM.search(text)
+        if gn and parse_float(gn.group(1)) is None:  # the gate refuses one inside the window
+            self.extra.setdefault("nonfinite_grad_norms", []).append(it)
         tm = _TFLOPS.search(text)
         if tm:
             self.extra.setdefault("tflops_per_gpu", {})[it] = parse_float(tm.group(1))

@@ -37,26 +37,19 @@ import itertools
 import math
 import operator
 import re
+import statistics
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
+from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2, strip_tag
-from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
+from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args, kv_pattern
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
 from dlperf_tasks.core.samples import LazyFloats
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
-    from typing import Mapping
-
-try:  # the compiled step-line scanner and per-step reductions (setup.py builds them; same results as
-    # the Python code below, which they fall back to)
-    from dlperf_tasks.frameworks import _cmxbert, _cmxsteps
-except ImportError:  # pragma: no cover - a machine without a C compiler
-    _cmxbert = _cmxsteps = None
+from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
 _STEP = re.compile(r"\[step (\d+)\]")
 _LATENCY = re.compile(r"latency=\s*(\S+?)\s*ms/(?:batch|step)")
@@ -150,8 +143,6 @@ class MxnetBert(Framework):
         ] + L.str_list(settings, "extra_args")
         env = L.env_from(settings, {"NCCL_DEBUG": "INFO"})
         argv = build_mpirun(trial, nodes, settings, script, env)
-        from dlperf_tasks.frameworks.launchspec import LaunchSpec  # lazy: dlperf extract launches nothing
-
         return LaunchSpec(argv=argv, env=env, workdir=L.text(settings, "workdir", "/workspace/gluon-nlp/scripts/bert"))
 
     def expected_ranks(self, cell: Cell) -> list[int]:
@@ -245,14 +236,8 @@ def _median_speeds(samples, lo: int, hi: int, k: float) -> dict[int, float]:
     Steps in log order, every latency > 0 and finite, ``k`` > 0 (the usual case): ``k / v`` falls as
     ``v`` grows (IEEE division is monotonic), so the median's one or two middle values are ``k`` over
     the middle latencies: one sort of the latencies, one or two divisions a step, the same doubles
-    (``a + b`` is commutative); in C (:func:`_cmxsteps.medians`) when built. Anything else:
-    :func:`_speeds_by_step` and ``statistics.median``."""
+    (``a + b`` is commutative). Anything else: :func:`_speeds_by_step` and ``statistics.median``."""
     its, vals = samples.iteration, samples.value
-    if _cmxsteps is not None and type(lo) is int and type(hi) is int and -2**63 <= min(lo, hi) <= max(lo, hi) < 2**63 \
-            and type(its) is list and type(vals) is list:
-        got = _cmxsteps.medians(its, vals, lo, hi, k)  # None: not the usual case
-        if got is not None:
-            return got
     if k > 0 and its and all(map(operator.le, its, itertools.islice(its, 1, None))):
         a, b = bisect.bisect_right(its, lo), bisect.bisect_right(its, hi)
         window = vals[a:b]
@@ -266,8 +251,6 @@ def _median_speeds(samples, lo: int, hi: int, k: float) -> dict[int, float]:
                 out[step] = k / s[m] if len(s) % 2 else (k / s[m - 1] + k / s[m]) / 2
                 a = end
             return out
-    import statistics  # the pure-Python path only (~5 ms of start-up)
-
     return {step: statistics.median(v) for step, v in _speeds_by_step(samples, lo, hi, k).items()}
 
 
@@ -277,8 +260,11 @@ class MxnetBertStream(LogStream):
     _last_loss: float | None = None  # mlm + nsp of the last step line that has both
 
     def scan(self, block: str) -> str | None:
-        cols = _cmxbert.scan(block) if _cmxbert is not None else None  # None: not ASCII, an odd value
-        if cols is None:
+        scan = _native.mxbert_scan
+        cols = scan(block) if scan is not None else None  # None: not ASCII, an odd value or line
+        removed = ""
+        if cols is None:  # the regexes below read the block: never an odd step line (linear time)
+            block, removed = self.drop_odd_step_lines(block, "[step ", "latency=")
             parts = _BULK.split(block)  # first: the checks below then read only the text between step lines
             rest = "".join(parts[0::5]) if len(parts) > 1 else block
         else:
@@ -299,7 +285,7 @@ class MxnetBertStream(LogStream):
             hits = self._each(block, tagged)
             if hits != block.count("throughput="):
                 self._slow(block, {m.start() for m in _FAST.finditer(block)})
-        return out
+        return out + removed if out is not None and removed else out
 
     def _bulk(self, parts: list[str], rest: str) -> str | None:
         """Untagged block, every value well-formed: one ``re.split`` (:data:`_BULK`) gave the columns
@@ -321,7 +307,7 @@ class MxnetBertStream(LogStream):
 
     def _columns(self, rest: str, clean: str, steps: list[int], lats: list[float], mlm: str, nsp: str,
                  runs: list[int]) -> str | None:
-        """The columns of a block's step lines (:meth:`_bulk`'s, or the C scanner's :func:`_cmxbert.scan`:
+        """The columns of a block's step lines (:meth:`_bulk`'s, or the C scanner's ``_native.mxbert_scan``:
         the same values, latencies > 0 with a finite sum, ``mlm``/``nsp`` the loss texts joined by
         newlines). ``clean``: ``rest`` without python logging's ``INFO:root:`` prefixes (what the
         crash-marker scan reads); ``runs``: the steps or any list of the same set (fewer to add)."""
@@ -411,10 +397,9 @@ class MxnetBertStream(LogStream):
     def _namespace(self, line: str) -> None:
         if self.fc.facts.args_source:  # every rank prints it: the first one is enough
             return
-        keep = kv_args(line[line.index("Namespace("):], ("total_batch_size", "accumulate", "log_interval", "num_steps",
-                                                          "dtype", "no_compute_acc"))
+        keep = kv_args(line[line.index("Namespace("):], _NAMESPACE_KEYS)
         f = self.fc.facts
-        if "total_batch_size" not in keep:
+        if not keep:
             return
         f.args.update(keep)
         f.args_source = "gluon-nlp Namespace line"
@@ -424,8 +409,7 @@ class MxnetBertStream(LogStream):
 
     def finish(self) -> None:
         its = self.samples.iteration
-        per_step = _cmxsteps.counts(its) if _cmxsteps is not None and type(its) is list else None
-        self.extra["lines_per_step"] = per_step if per_step is not None else dict(Counter(its))
+        self.extra["lines_per_step"] = dict(Counter(its))
         self.extra["tagged"] = bool(self.fc._ranks)
         if self._last_loss is not None:  # the last loss printed
             self.fc.facts.final_loss = self._last_loss
@@ -442,5 +426,8 @@ _FAST = re.compile(r"\[step (\d++)\]\s*+mlm_loss=\s*+(\S++)\s++nsp_loss=\s*+(\S+
 _BULK = re.compile(r"\[step ([0-9]++)\]\s*+mlm_loss=\s*+(" + _PLAIN + r")\s++nsp_loss=\s*+(" + _PLAIN + r")\s++"
                    r"throughput=[^\n]*latency=\s*+(\S+)\s*ms/batch")
 
+
+_NAMESPACE_KEYS = kv_pattern("total_batch_size", "accumulate", "log_interval", "num_steps", "dtype", "no_compute_acc",
+                             "model", "batch_size")
 
 MxnetBert.Stream = MxnetBertStream

@@ -42,14 +42,11 @@ from typing import Mapping
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
 from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2
-from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
+from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args, kv_pattern
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.frameworks.mxnet_bert import build_mpirun
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
+from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
 _RANK = re.compile(r"Epoch\[\d+\] Rank\[(\d+)\] Batch\[")
 
@@ -93,8 +90,6 @@ class MxnetResnet50(Framework):
         script += L.str_list(settings, "extra_args")
         env = L.env_from(settings, {"NCCL_DEBUG": "INFO"})
         argv = build_mpirun(trial, nodes, settings, script, env)
-        from dlperf_tasks.frameworks.launchspec import LaunchSpec  # lazy: dlperf extract launches nothing
-
         return LaunchSpec(argv=argv, env=env,
                           workdir=L.text(settings, "workdir", "/workspace/gluon-cv/scripts/classification/imagenet"))
 
@@ -175,7 +170,7 @@ class MxnetResnet50Stream(LogStream):
             rest = "".join(parts[0::2])  # the crash-marker scan skips these well-formed lines
         if "Namespace(" in block:
             for _, line in self.lines_with(block, "Namespace("):
-                args = kv_args(line[line.index("Namespace("):], _NAMESPACE_KEYS)
+                args = kv_args(line[line.index("Namespace("):], _NAMESPACE_KV)
                 if "batch_size" in args:
                     self.fc.facts.args.update({k: args[k] for k in _NAMESPACE_KEYS if k in args})
                     self.fc.facts.args_source = "gluon-cv Namespace line"
@@ -246,7 +241,8 @@ class MxnetResnet50Stream(LogStream):
 
 #: Namespace keys read: the per-device batch, precision, Speed-line stride, and the kvstore (a
 #: ``dist_*`` kvstore means one process per worker, each logging its own speed)
-_NAMESPACE_KEYS = ("batch_size", "dtype", "log_interval", "kvstore", "kv_store")
+_NAMESPACE_KEYS = ("batch_size", "dtype", "log_interval", "kvstore", "kv_store", "model")
+_NAMESPACE_KV = kv_pattern(*_NAMESPACE_KEYS)
 #: groups: epoch, the space before ``[`` (``Batch [i]``: ``train_imagenet.py``, i from 0), batch, speed
 _FAST = re.compile(r"Epoch\[(\d++)\] Batch( ?+)\[(\d++)\]\s*+Speed:\s*+(\S+) samples/sec")
 #: speeds with at most 2 decimals, one a line (``round(float(t), 2)`` is ``float(t)`` for them:

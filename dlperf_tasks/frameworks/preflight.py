@@ -20,13 +20,11 @@ one ``--data`` file per worker; DLE trains whatever ``--config_file`` describes 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 
 from dlperf_tasks.frameworks._precision import NUMPY_FLOATS, TF_DTYPES
+from dlperf_tasks.frameworks.argcheck import flag_problems
 from dlperf_tasks.core.model import Cell
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Mapping
 
 #: the script each framework's launch runs (its flags follow it in the command)
 SCRIPTS = {"mxnet_bert": "run_pretraining.py", "mxnet_resnet50": "train_horovod.py", "pytorch_bert": "run_pretraining.py",
@@ -137,7 +135,7 @@ def check(framework: str, cell: Cell, argv: list[str], settings: Mapping | None 
         p += _bert_config(flags.get("bert_config_file"), None, size, cell, settings)
     elif framework == "megatron_gpt":
         _want(p, "--micro-batch-size", _int(flags, "micro_batch_size"), bsz, "per GPU")
-    return p
+    return p + flag_problems(framework, cell, argv, settings)
 
 
 def _bert_config(path, bert_model, size: str | None, cell: Cell, settings) -> list[str]:

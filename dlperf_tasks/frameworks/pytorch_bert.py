@@ -38,6 +38,7 @@ the repository's bert_config.json = BERT-large), ``output_dir`` (results/checkpo
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from dlperf_tasks.frameworks._launch import container_path
 from dlperf_tasks.core.errors import CatalogError
@@ -47,11 +48,7 @@ from dlperf_tasks.frameworks._lines import round2, step_window, window_problems
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.frameworks.pytorch_bert_stream import SKIP_STEPS, PytorchBertStream, _stride
 from dlperf_tasks.core.model import Cell, ParsedLog, Trial, TrialMetric, Window
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
-    from typing import Mapping
+from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
 DEFAULT_DATA = ("/workspace/bert/data/hdf5_lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15"
                 "_random_seed_12345_dupe_factor_5/wikicorpus_en/")
@@ -126,8 +123,6 @@ class PytorchBert(Framework):
         base_env = {"NCCL_DEBUG": "INFO"} if topo.nodes > 1 else {}
         if nodes[node_rank].interface:
             base_env["NCCL_SOCKET_IFNAME"] = nodes[node_rank].interface
-        from dlperf_tasks.frameworks.launchspec import LaunchSpec  # lazy: dlperf extract launches nothing
-
         return LaunchSpec(argv=argv, env=L.env_from(settings, base_env), workdir=workdir)
 
     def log_relpath(self, trial: Trial, node_rank: int = 0) -> str:

@@ -1,24 +1,21 @@
 """The log stream of NGC PyTorch BERT (DLE ``run_pretraining.py``): see :mod:`.pytorch_bert` for the format.
 
 The bulk of a block (its step lines all well formed, one date, steps increasing, plain finite losses) is
-read by the compiled ``_cdll`` in one pass, the literals below by ``_cstream``; everything else (and a
-machine without a C compiler) takes the pure-Python path, which is the reference: same results.
+read by the compiled ``_cdll`` in one pass (:mod:`._native`); everything else (and a machine without a
+C compiler) takes the pure-Python path, which is the reference: same results.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import operator
 import re
 
+from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, clock_seconds
-from dlperf_tasks.frameworks._stream import LogStream, as_float, as_int, kv_args
+from dlperf_tasks.frameworks._stream import LogStream, as_float, as_int, kv_args, kv_pattern, literals_in
 from dlperf_tasks.core.model import Sample
-
-try:  # the compiled step-line reader (setup.py builds it; without it: the pure-Python path, same results)
-    from dlperf_tasks.frameworks import _cdll, _cstream
-except ImportError:  # pragma: no cover - a machine without a C compiler
-    _cdll = _cstream = None
 
 #: DLPerf skips steps 1..SKIP_STEPS
 SKIP_STEPS = 5
@@ -53,10 +50,12 @@ class PytorchBertStream(LogStream):
     _banners = 0
 
     def scan(self, block: str) -> str:
-        fast = _cdll.scan(block) if _cdll is not None and not self._ordinal else None
-        # one pass over the rest (the block less the step lines) for PyTorch's literals and the crash hints:
-        # the removed step lines hold none of them, and a literal across a removed line only costs a look
-        found = _cstream.which(fast[0], _SCAN_LITERALS) if fast is not None else None
+        scan = _native.dll_scan
+        fast = scan(block) if scan is not None and not self._ordinal else None
+        # the rest (the block less the step lines) for PyTorch's literals and the crash hints: the
+        # removed step lines hold none of them, and a literal across a removed line only costs a look
+        which = _native.literals or literals_in
+        found = which(fast[0], _SCAN_LITERALS) if fast is not None and fast[0].isascii() else None
         if found is None or (fast[2] and (found & 1 or (
                 self._last_step is not None and fast[2][0] <= self._last_step))):
             fast = None  # ordinal numbering, or a repeated/backward step across blocks: the Python path
@@ -82,7 +81,7 @@ class PytorchBertStream(LogStream):
         return "".join(parts[0::11]) if n else block
 
     def _scan_fast(self, block: str, found: int, rest: str, epochs: int, raw: list, ts: list, losses: list) -> str:
-        """:meth:`scan` with the step lines read by :mod:`_cdll` (the bulk case of :meth:`_bulk`) and the
+        """:meth:`scan` with the step lines read by ``_cdll`` (the bulk case of :meth:`_bulk`) and the
         literals of :data:`_LITERALS` found in one pass (``found``: bit i for ``_LITERALS[i]``)."""
         n = len(raw)
         if n and not self._bulk_columns(raw, ts, losses):
@@ -200,9 +199,7 @@ class PytorchBertStream(LogStream):
             if self._banners == 2:
                 self.fc.error("a second 'PARAMETER Config' start-up banner: a restarted or concatenated log "
                               "(rerun the trial)")
-            args = kv_args(line[line.index("Namespace("):], ("train_batch_size", "gradient_accumulation_steps",
-                                                              "log_freq", "max_steps", "bert_model", "config_file",
-                                                              "fp16", "amp"))
+            args = kv_args(line[line.index("Namespace("):], _CONFIG_KEYS)
             keep = dict(args)
             f.args.update(keep)
             f.args_source = "DLE PARAMETER Config line"
@@ -227,6 +224,10 @@ class PytorchBertStream(LogStream):
 #: the literals :meth:`PytorchBertStream.scan` looks for, in one pass (bit i: ``_LITERALS[i]``)
 _LITERALS = ("skipped_steps : ", "PARAMETER", "training_sequences_per_second", "torch.distributed.launch", "torchrun")
 _SCAN_LITERALS = _LITERALS + _CRASH_HINTS
+
+
+_CONFIG_KEYS = kv_pattern("train_batch_size", "gradient_accumulation_steps", "log_freq", "max_steps", "bert_model",
+                          "config_file", "fp16", "amp")
 _DLL_FAST = re.compile(
     r"DLL (\d{4})-(\d{1,2})-(\d{1,2}) (\d{1,2}):(\d{1,2}):(\d{1,2}(?:\.\d{1,6})?+) - "
     r"Training Epoch: (\d+) Training Iteration: (\d+)\b[ \t]*(?:(average_loss|final_loss|step_loss) : (\S+))?")
@@ -245,7 +246,5 @@ def _day_seconds(y: str, mo: str, d: str) -> float:
     """Seconds since the epoch at 00:00 UTC of the date (cached per date string triple)."""
     v = _DAYS.get((y, mo, d))
     if v is None:
-        import datetime as _dt  # the pure-Python path only (_cdll dates the bulk case)
-
         v = _DAYS[(y, mo, d)] = float(_dt.datetime(int(y), int(mo), int(d), tzinfo=_dt.timezone.utc).timestamp())
     return v

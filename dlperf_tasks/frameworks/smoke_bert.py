@@ -24,10 +24,7 @@ from typing import Iterable, Mapping
 
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, LogFacts, MetricKind, ParsedLog, Sample, Trial, TrialMetric, Window
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
+from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
 SCRIPT = str(Path(__file__).resolve().parent.parent / "smoke" / "train_bert.py")
 
@@ -79,8 +76,6 @@ class SmokeBert(Framework):
         if iface:
             env["NCCL_SOCKET_IFNAME"] = iface
             env["GLOO_SOCKET_IFNAME"] = iface
-        from dlperf_tasks.frameworks.launchspec import LaunchSpec  # lazy: dlperf extract launches nothing
-
         return LaunchSpec(argv=argv, env=env, workdir=settings.get("workdir"))
 
     def parse(self, lines: Iterable[str]) -> ParsedLog:

@@ -35,10 +35,7 @@ from dlperf_tasks.frameworks._lines import clock_seconds, round2, step_window, s
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
+from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
 _ABSL = re.compile(r"^[IWEF](\d{2})(\d{2}) (\d{1,2}):(\d{1,2}):(\d{1,2})\.(\d{1,6})\b")
 _CLOCK = re.compile(r"(\d{1,2}):(\d{1,2}):(\d{1,2})\.(\d{1,6})")
@@ -100,8 +97,6 @@ class TensorflowBert(Framework):
             env["NCCL_DEBUG"] = "INFO"
         if nodes[node_rank].interface:
             env["NCCL_SOCKET_IFNAME"] = nodes[node_rank].interface
-        from dlperf_tasks.frameworks.launchspec import LaunchSpec  # lazy: dlperf extract launches nothing
-
         return LaunchSpec(argv=argv, env=L.env_from(settings, env),
                           workdir=L.text(settings, "workdir", models_root.rstrip("/") + "/official/nlp/bert"))
 
@@ -259,7 +254,7 @@ class TensorflowBertStream(LogStream):
         args = kv_args(line)
         f = self.fc.facts
         f.args.update({k: args[k] for k in ("train_batch_size", "num_gpus", "worker_hosts", "dtype",
-                                            "enable_xla") if k in args})
+                                            "enable_xla", "bert_config_file") if k in args})
         f.args_source = "flags of the run_pretraining.py command line in the log"
         f.global_batch = as_int(args.get("train_batch_size"))
         gpus = as_int(args.get("num_gpus"))

@@ -1,4 +1,4 @@
-"""What a regression verdict is based on: ONE place that counts the cells (issue 26.1).
+"""What a regression verdict is based on: ONE place that counts the cells.
 
 Every surface that reports a regression check (``dlperf results check`` / ``show``, the task
 log, ``make run``'s summary, the results page, the DAG run note, notifications) takes its
@@ -54,6 +54,7 @@ def cell_states(verdicts: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
 def summarize(verdicts: Iterable[Mapping[str, Any]], min_history: int | None = None) -> dict[str, Any]:
     """The counts every surface shows (see the module docstring)."""
+    verdicts = list(verdicts)
     states = cell_states(verdicts)
     counts = {s: sum(1 for v in states.values() if v == s) for s in STATES}
     why: dict[str, int] = {}
@@ -61,8 +62,12 @@ def summarize(verdicts: Iterable[Mapping[str, Any]], min_history: int | None = N
         if v.startswith("not judged: "):
             k = v.removeprefix("not judged: ")
             why[k] = why.get(k, 0) + 1
+    # the earlier runs the unjudged-for-history cells had (the most of any: "2 earlier runs, need 3")
+    earlier = [int(v["n_baseline_runs"]) for v in verdicts if v.get("status") == "insufficient_history"
+               and isinstance(v.get("n_baseline_runs"), int)]
     return {"cells": len(states), "judged": sum(counts.values()), "not_judged": sum(why.values()),
-            "not_judged_why": dict(sorted(why.items())), **counts, "states": states, "min_history": min_history}
+            "not_judged_why": dict(sorted(why.items())), **counts, "states": states, "min_history": min_history,
+            "earlier_runs": max(earlier) if earlier else None}
 
 
 def basis_of(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -94,8 +99,11 @@ def basis_line(b: Mapping[str, Any] | None) -> str:
     judged = (f"{b['judged']} of {b['cells']} cell(s) judged: {b['regression']} regression(s), "
               f"{b['noisy']} noisy, {b['improvement']} improvement(s), {b['ok']} ok")
     if b["not_judged"]:
-        need = f", need {b['min_history']} earlier runs" if b.get("min_history") and "no history" in b[
-            "not_judged_why"] else ""
+        need = ""
+        if b.get("min_history") and "no history" in b["not_judged_why"]:
+            have = b.get("earlier_runs")
+            need = (f": {have} earlier run{'' if have == 1 else 's'}, need {b['min_history']}" if have is not None
+                    else f", need {b['min_history']} earlier runs")
         judged += (f"; {b['not_judged']} not judged ("
                    + ", ".join(f"{n} {why}" for why, n in b["not_judged_why"].items()) + need + ")")
     return judged

@@ -8,8 +8,13 @@ import sys
 from typing import Callable
 
 from dlperf_tasks.core.errors import DlperfError
-from dlperf_tasks.history.export_formats import render
+from dlperf_tasks.history.export_formats import clean_text, render
 from dlperf_tasks.history.source import resolve_run
+
+
+def _control(c: str) -> bool:
+    o = ord(c)
+    return o < 32 or 127 <= o < 160 or 0xD800 <= o <= 0xDFFF
 
 
 def export_runs(args, fmt: str, store, say: Callable[[str], None]) -> int:
@@ -23,7 +28,12 @@ def export_runs(args, fmt: str, store, say: Callable[[str], None]) -> int:
     if not run_ids:
         raise DlperfError(f"nothing to export: suite {args.suite!r} has no runs in the store"
                           + (f" since {args.since}" if args.since else ""))
-    text = render([store.read_result(r) for r in run_ids], fmt, timestamps=not args.no_timestamps)
+    notes: list[str] = []
+    text = render([store.read_result(r) for r in run_ids], fmt, timestamps=not args.no_timestamps, notes=notes)
+    # every format is ASCII-safe by construction; this keeps a terminal or a file safe regardless
+    text = "".join(c if c == "\n" or not _control(c) else clean_text(c) for c in text)
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
     if not args.out:
         sys.stdout.write(text)
         return 0

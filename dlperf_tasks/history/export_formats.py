@@ -1,10 +1,12 @@
 """Results in the formats other tools read (``dlperf results export --format ...``):
 
 * ``openmetrics``: OpenMetrics text (Prometheus' exposition format, ``# EOF`` at the end), one
-  gauge family per figure, every sample labelled ``suite``, ``cell``, ``run_id``,
-  ``image_digest``, timestamped with the run's start (``promtool tsdb create-blocks-from
-  openmetrics`` backfills it into Prometheus; ``--no-timestamps`` for a Pushgateway or a
-  textfile collector, which refuse timestamps);
+  gauge family per figure, each series labelled by what identifies the cell and the machine
+  (``suite``, ``cell``, ``precision``, ``topology``, ``cluster``, ``image_digest`` only when known;
+  never the run id, which would make every run its own series, against Prometheus' cardinality
+  guidance); the run is the sample's timestamp (its start: ``promtool tsdb create-blocks-from
+  openmetrics`` backfills it) and ``dlperf_run_info{run_id=...}``; ``--no-timestamps`` (for a
+  Pushgateway or a textfile collector, which refuse timestamps) keeps each series' latest run;
 * ``conbench``: a JSON array of Conbench ``BenchmarkResult`` payloads (POST each to
   ``/api/benchmark-results``): one per run x cell, the valid trials as ``stats.data``
   (``i/s``: samples/s; latency suites in ``s``), the case as ``tags`` (name = suite, cell, topology,
@@ -29,6 +31,7 @@ import math
 from typing import Any, Iterable, Mapping
 from dlperf_tasks import __version__
 from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.report.flags import row_flags
 
 FORMATS = ("openmetrics", "conbench", "bencher")
 
@@ -84,37 +87,138 @@ _FAMILIES = (
 )
 
 
+def clean_text(v: Any) -> str:
+    """``v`` as text a terminal or a parser takes as it is, one to one: a backslash doubled, a
+    control character (C0 but newline, DEL, C1) written ``\\xNN`` and a lone surrogate ``\\uDNNN``,
+    so two different values never come out the same (two cells never collapse into one series)."""
+    out = []
+    for ch in str("" if v is None else v):
+        o = ord(ch)
+        if ch == "\\":
+            out.append("\\\\")
+        elif (o < 32 and ch != "\n") or 127 <= o < 160:
+            out.append(f"\\x{o:02x}")
+        elif 0xD800 <= o <= 0xDFFF:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def _label(v: Any) -> str:
-    """A label value, escaped as OpenMetrics says; other control characters (a hostile store's
-    cell id must not drive the terminal the export is printed on) become ``?``."""
-    text = str("" if v is None else v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-    return "".join("?" if ord(c) < 32 or ord(c) == 127 else c for c in text)
+    """A label value (:func:`clean_text`), escaped as OpenMetrics says."""
+    return clean_text(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _value(v: float) -> str:
     return repr(float(v))
 
 
-def to_openmetrics(results: Iterable[Mapping[str, Any]], timestamps: bool = True) -> str:
-    """OpenMetrics text of every cell of ``results`` (grouped by family, as the format requires)."""
-    rows = []
+def _cluster(run: Mapping[str, Any]) -> str:
+    """The machine a run measured: the cluster's name, else its node names (sorted)."""
+    cluster = run.get("cluster") if isinstance(run.get("cluster"), Mapping) else {}
+    name = run.get("cluster_name") or cluster.get("name")
+    if name:
+        return str(name)
+    nodes = [n.get("name") if isinstance(n, Mapping) else n for n in cluster.get("nodes") or []]
+    return ",".join(sorted(str(n) for n in nodes if n)) or "unknown"
+
+
+def _series_labels(run: Mapping[str, Any], cell: Mapping[str, Any]) -> dict[str, Any]:
+    """What identifies a cell's series across runs (the run itself is the sample's timestamp and
+    ``dlperf_run_info``): never the run id, the image digest only when known."""
+    labels = {"suite": run.get("suite") or cell.get("suite"), "cell": cell.get("cell_id"),
+              "precision": cell.get("precision"), "topology": cell.get("topology"), "cluster": _cluster(run)}
+    if run.get("image_digest"):
+        labels["image_digest"] = run["image_digest"]
+    return labels
+
+
+def _labelset(labels: Mapping[str, Any]) -> str:
+    return ",".join(f'{k}="{_label(v)}"' for k, v in labels.items() if v is not None)
+
+
+def _info_family(results: list[Mapping[str, Any]], timestamps: bool) -> list[str]:
+    """``dlperf_run_info``: one sample per run, labelled with its id, joining a point to its run."""
+    lines = []
     for res in results:
         run = _run(res)
         ts = _epoch(run.get("started_at")) if timestamps else None
+        labels = {"suite": run.get("suite"), "cluster": _cluster(run), "run_id": run.get("run_id"),
+                  "image_digest": run.get("image_digest") or None, "upstream_commit": run.get("upstream_commit")}
+        lines.append(f"dlperf_run_info{{{_labelset(labels)}}} 1" + (f" {ts:.3f}" if ts is not None else ""))
+    if not lines:
+        return []
+    return ["# TYPE dlperf_run info", "# HELP dlperf_run Which run a point belongs to."] + lines
+
+
+def to_openmetrics(results: Iterable[Mapping[str, Any]], timestamps: bool = True) -> str:
+    """OpenMetrics text of every cell of ``results`` (grouped by family, each series' points in
+    time order, as the format requires). Without timestamps only each series' latest run is kept
+    (a Pushgateway or textfile collector holds one value per series)."""
+    results = list(results)
+    series: dict[str, dict[float | None, dict[str, float]]] = {}
+    for res in results:
+        run = _run(res)
+        ts = _epoch(run.get("started_at")) if timestamps else None
+        seen = set()
         for cell in res.get("cells") or []:
-            labels = {"suite": run.get("suite") or cell.get("suite"), "cell": cell.get("cell_id"),
-                      "run_id": run.get("run_id"), "image_digest": run.get("image_digest")}
-            rows.append((",".join(f'{k}="{_label(v)}"' for k, v in labels.items()), ts, cell_figures(cell)))
+            lab = _labelset(_series_labels(run, cell))
+            if lab in seen:
+                raise DlperfError(f"openmetrics: run {clean_text(run.get('run_id'))!r} holds cell "
+                                  f"{clean_text(cell.get('cell_id'))!r} twice; export refused")
+            seen.add(lab)
+            points = series.setdefault(lab, {})
+            if ts is None:
+                points.clear()
+            points[ts] = cell_figures(cell)  # a later run with the same start replaces the earlier
     lines = []
     for family, figure, help_text, scale in _FAMILIES:
-        samples = [(lab, ts, figs[figure]) for lab, ts, figs in rows if figure in figs]
+        samples = [(lab, ts, figs[figure]) for lab, points in series.items()
+                   for ts, figs in sorted(points.items(), key=lambda p: p[0] or 0.0) if figure in figs]
         if not samples:
             continue
         lines += [f"# TYPE {family} gauge", f"# HELP {family} {help_text}."]
         lines += [f"{family}{{{lab}}} {_value(v * scale)}" + (f" {ts:.3f}" if ts is not None else "")
                   for lab, ts, v in samples]
+    lines += _info_family(results, timestamps)
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- JSON formats
+def _scaled(v: Any, scale: float) -> float | None:
+    """``v * scale`` when both it and the product are finite (1e306 ms in ns is not), else None."""
+    x = _num(v)
+    if x is None:
+        return None
+    x *= scale
+    return x if math.isfinite(x) else None
+
+
+def _note(notes: list[str] | None, text: str) -> None:
+    if notes is not None:
+        notes.append(text)
+
+
+def _no_surrogates(doc: Any) -> Any:
+    """``doc`` with each lone surrogate in its strings written ``\\uDNNN`` (strict parsers such as
+    serde_json, which Bencher uses, refuse a lone surrogate escape)."""
+    if isinstance(doc, str):
+        return "".join(f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c for c in doc)
+    if isinstance(doc, Mapping):
+        return {_no_surrogates(k): _no_surrogates(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_no_surrogates(v) for v in doc]
+    return doc
+
+
+def _strict_json(doc: Any, fmt: str) -> str:
+    """Strict JSON (no NaN/Infinity, ASCII only: no control character or lone surrogate raw)."""
+    try:
+        return json.dumps(_no_surrogates(doc), indent=2, allow_nan=False) + "\n"
+    except ValueError as e:
+        raise DlperfError(f"{fmt}: a figure is not a finite number ({e}); export refused") from None
 
 
 # ----------------------------------------------------------------------------- Conbench
@@ -142,7 +246,8 @@ def _conbench_one(result: Mapping[str, Any], cell: Mapping[str, Any], dlperf_ver
         "cluster_info": {"name": str(run.get("cluster_name") or "dlperf"), "info": {"nodes": sorted(map(str, nodes))},
                          "optional_info": {}},
         "optional_benchmark_info": {k: figs[k] for k in ("speedup", "efficiency", "throughput") if k in figs}
-        | ({"cv_pct": round(figs["cv"] * 100, 2)} if "cv" in figs else {}),
+        | ({"cv_pct": round(cv_pct, 2)} if (cv_pct := _scaled(figs.get("cv"), 100.0)) is not None else {})
+        | ({"flags": flags} if (flags := row_flags(cell)) else {}),
     }
     if not values:
         doc["error"] = {"reason": f"no valid trial ({int(cell.get('n_invalid') or 0)} invalid)"}
@@ -155,11 +260,11 @@ def _conbench_one(result: Mapping[str, Any], cell: Mapping[str, Any], dlperf_ver
 
 def to_conbench(results: Iterable[Mapping[str, Any]]) -> str:
     docs = [_conbench_one(res, cell, __version__) for res in results for cell in res.get("cells") or []]
-    return json.dumps(docs, indent=2) + "\n"
+    return _strict_json(docs, "conbench")
 
 
 # ----------------------------------------------------------------------------- Bencher (BMF)
-def to_bencher(result: Mapping[str, Any]) -> str:
+def to_bencher(result: Mapping[str, Any], notes: list[str] | None = None) -> str:
     """BMF JSON of one run: ``{"<cell id>": {"throughput": {"value", "lower_value", "upper_value"}, ...}}``."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for cell in result.get("cells") or []:
@@ -170,21 +275,30 @@ def to_bencher(result: Mapping[str, Any]) -> str:
             measures["throughput"] = {"value": figs["throughput"]}
             if not _latency(cell) and lo is not None and hi is not None:
                 measures["throughput"] |= {"lower_value": lo, "upper_value": hi}
-        if "latency_ms" in figs:  # Bencher's built-in latency measure is in nanoseconds
-            measures["latency"] = {"value": figs["latency_ms"] * 1e6}
-            if lo is not None and hi is not None:
-                measures["latency"] |= {"lower_value": lo * 1e6, "upper_value": hi * 1e6}
+        ns = _scaled(figs.get("latency_ms"), 1e6)  # Bencher's built-in latency measure is in nanoseconds
+        if ns is not None:
+            measures["latency"] = {"value": ns}
+            lo_ns, hi_ns = _scaled(lo, 1e6), _scaled(hi, 1e6)
+            if lo_ns is not None and hi_ns is not None:
+                measures["latency"] |= {"lower_value": lo_ns, "upper_value": hi_ns}
+        elif "latency_ms" in figs:
+            _note(notes, f"bencher: cell {clean_text(cell.get('cell_id'))!r}: latency beyond a double in ns; left out")
         for fig, slug, scale in (("speedup", "speedup", 1.0), ("efficiency", "scaling-efficiency", 1.0),
                                  ("cv", "cv-percent", 100.0)):
-            if fig in figs:
-                measures[slug] = {"value": round(figs[fig] * scale, 6)}
+            v = _scaled(figs.get(fig), scale)
+            if v is not None:
+                measures[slug] = {"value": round(v, 6)}
+            elif fig in figs:
+                _note(notes, f"bencher: cell {clean_text(cell.get('cell_id'))!r}: {slug} beyond a double; left out")
         if measures:
             out[str(cell.get("cell_id"))] = measures
-    return json.dumps(out, indent=2) + "\n"
+    return _strict_json(out, "bencher")
 
 
-def render(results: list[Mapping[str, Any]], fmt: str, timestamps: bool = True) -> str:
-    """``results`` (result JSON documents) in ``fmt`` (one of :data:`FORMATS`)."""
+def render(results: list[Mapping[str, Any]], fmt: str, timestamps: bool = True,
+           notes: list[str] | None = None) -> str:
+    """``results`` (result JSON documents) in ``fmt`` (one of :data:`FORMATS`); what had to be left
+    out (a figure beyond a double once scaled) is appended to ``notes``."""
     if fmt == "openmetrics":
         return to_openmetrics(results, timestamps=timestamps)
     if fmt == "conbench":
@@ -193,5 +307,5 @@ def render(results: list[Mapping[str, Any]], fmt: str, timestamps: bool = True) 
         if len(results) != 1:
             raise DlperfError(f"--format bencher holds one run (BMF has no run label); got {len(results)}: "
                               "name one RUN")
-        return to_bencher(results[0])
+        return to_bencher(results[0], notes)
     raise DlperfError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Iterable, Sequence
 
-from dlperf_tasks.history.robust import median
+from dlperf_tasks.history.robust import median, safe_expm1, typical
 
 MEDIAN_EFF = math.pi / 2.0  # var(median) / var(mean) for normal data, large n
 MIN_HISTORY_RUNS = 3
@@ -116,14 +116,15 @@ def t_quantile(p: float, df: float) -> float:
 # ----------------------------------------------------------------------------- noise models
 def noise_from_history(runs: Iterable[Sequence[float]]) -> Noise | None:
     """Noise of one cell from its earlier runs' trial values (``None``: too little history)."""
-    runs = [list(v) for v in runs if len(v) >= 2 and median(v) > 0]
+    runs = _typical_runs(runs)
     if len(runs) < MIN_HISTORY_RUNS:
         return None
     ss, meds, ns = 0.0, [], []
     for vals in runs:
-        mean = sum(vals) / len(vals)
+        med = median(vals)
+        mean = med * sum(x / med for x in vals) / len(vals)  # scaled first: no overflow near 1e308
         ss += sum((x / mean - 1.0) ** 2 for x in vals)  # pooled variance: unbiased for small n
-        meds.append(median(vals))
+        meds.append(med)
         ns.append(len(vals))
     df = sum(n - 1 for n in ns)
     within = math.sqrt(ss / df)
@@ -134,10 +135,24 @@ def noise_from_history(runs: Iterable[Sequence[float]]) -> Noise | None:
                  run_sd=math.sqrt(run_var), runs=len(runs))
 
 
+def _typical_runs(runs: Iterable[Sequence[float]]) -> list[list[float]]:
+    """The history runs the noise estimate may use: glitch trials (1000x, 1e300, 1e-300, not
+    finite) dropped from their run, then runs whose median is a glitch against the others'
+    dropped (robust.typical); a glitch is no noise, and kept in it would make every interval absurd."""
+    cleaned = []
+    for v in runs:
+        vals = [float(x) for x, ok in zip(v, typical(list(v))) if ok]
+        if len(vals) >= 2:
+            cleaned.append(vals)
+    if not cleaned:
+        return []
+    return [vals for vals, ok in zip(cleaned, typical([median(v) for v in cleaned])) if ok]
+
+
 def noise_from_pair(a: Sequence[float], b: Sequence[float]) -> Noise | None:
     """Noise estimated from the two compared runs alone (pooled relative SD; run-to-run noise
     unknown, so it is left out and the interval says where it came from)."""
-    groups = [list(v) for v in (a, b) if len(v) >= 2 and median(v) > 0]
+    groups = [g for g in ([float(x) for x, ok in zip(v, typical(list(v))) if ok] for v in (a, b)) if len(g) >= 2]
     df = sum(len(g) - 1 for g in groups)
     if df < 2:
         return None
@@ -156,13 +171,13 @@ def median_diff_interval(a: Sequence[float], b: Sequence[float], noise: Noise | 
     if not a or not b or noise is None:
         return None
     ma, mb = median(a), median(b)
-    if not ma or ma <= 0 or mb <= 0:
+    if not ma or ma <= 0 or mb <= 0 or not math.isfinite(ma) or not math.isfinite(mb):
         return None
-    d = math.log(mb / ma)
+    d = math.log(mb) - math.log(ma)  # never overflows, whatever the ratio
     se = math.sqrt(noise.var_median(len(a)) + noise.var_median(len(b)))
     q = t_quantile(1 - alpha / 2, noise.df_for(len(a), len(b)))
     zp = NormalDist().inv_cdf(power)
-    lo, hi = math.expm1(d - q * se), math.expm1(d + q * se)
+    lo, hi = safe_expm1(d - q * se), safe_expm1(d + q * se)
     floor = noise.floor()
     significant = lo > 0 or hi < 0
     reason = ""
@@ -171,7 +186,7 @@ def median_diff_interval(a: Sequence[float], b: Sequence[float], noise: Noise | 
     elif significant and floor is not None:
         verdict = "within_noise"
         reason = (f"beyond the trial noise, but two runs of the same code on this machine differ by up to "
-                  f"{100 * math.expm1(floor):.2f}% (noise floor of {noise.runs} history runs)")
+                  f"{100 * safe_expm1(floor):.2f}% (noise floor of {noise.runs} history runs)")
     elif significant:
         verdict = "undecided"
         reason = (f"no noise floor: {noise.runs} earlier run(s) of this cell on this machine, "
@@ -182,8 +197,8 @@ def median_diff_interval(a: Sequence[float], b: Sequence[float], noise: Noise | 
         verdict = "undecided"
         reason = "the interval holds 0 and reaches past the tolerance: run more trials"
     mde = max((q + zp) * se, floor or 0.0)
-    return Interval(delta=math.expm1(d), lo=lo, hi=hi, se=se, mde=math.expm1(mde), verdict=verdict, noise=noise,
-                    floor=None if floor is None else math.expm1(floor), reason=reason)
+    return Interval(delta=safe_expm1(d), lo=lo, hi=hi, se=se, mde=safe_expm1(mde), verdict=verdict, noise=noise,
+                    floor=None if floor is None else safe_expm1(floor), reason=reason)
 
 
 def detectable_change(n_a: int, n_b: int, noise: Noise, alpha: float = 0.05, power: float = 0.8) -> float:
@@ -191,4 +206,4 @@ def detectable_change(n_a: int, n_b: int, noise: Noise, alpha: float = 0.05, pow
     never below the noise floor."""
     se = math.sqrt(noise.var_median(n_a) + noise.var_median(n_b))
     q = t_quantile(1 - alpha / 2, noise.df_for(n_a, n_b))
-    return math.expm1(max((q + NormalDist().inv_cdf(power)) * se, noise.floor() or 0.0))
+    return safe_expm1(max((q + NormalDist().inv_cdf(power)) * se, noise.floor() or 0.0))

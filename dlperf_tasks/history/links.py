@@ -16,7 +16,7 @@ import math
 from typing import Any, Iterable, Mapping
 from urllib.parse import quote
 
-from dlperf_tasks.history.rows import is_noisy
+from dlperf_tasks.report.flags import flags_text
 
 RESULTS_PREFIX = "/dlperf"
 MAX_NOTE_CELLS = 12
@@ -65,7 +65,7 @@ def headline_table(cells: Iterable[Mapping[str, Any]], limit: int = MAX_NOTE_CEL
     cells = list(cells)
     lines = ["| cell | median | unit | speedup | valid/invalid | |", "| --- | ---: | --- | ---: | ---: | --- |"]
     for c in cells[:limit]:
-        flag = "noisy" if is_noisy(c.get("cv")) else ("no valid trial" if not c.get("n_valid") else "")
+        flag = flags_text(c)
         lines.append(f"| {cell_label(c)} | {_num(c.get('median_speed'))} | {c.get('unit') or ''} | "
                      f"{_num(c.get('speedup'))} | {c.get('n_valid') or 0}/{c.get('n_invalid') or 0} | {flag} |")
     if len(cells) > limit:

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from dlperf_tasks.history.interval import MEDIAN_EFF, noise_from_history, t_quantile
-from dlperf_tasks.history.robust import mad, mann_whitney_u, median
+from dlperf_tasks.history.robust import mad, mann_whitney_u, median, safe_expm1
 from dlperf_tasks.history.runs import RunView, env_diff, sort_runs
 from dlperf_tasks.history.basis import summarize
 from dlperf_tasks.history.basis import basis_line
@@ -126,7 +126,8 @@ class RegressionReport:
     @property
     def basis(self) -> dict[str, Any]:
         """The counts every surface shows (history/basis.py: the one function that makes them)."""
-        return summarize(({"kind": v.kind, "cell_id": v.cell_id, "status": v.status} for v in self.verdicts),
+        return summarize(({"kind": v.kind, "cell_id": v.cell_id, "status": v.status,
+                           "n_baseline_runs": v.n_baseline_runs} for v in self.verdicts),
                          self.config.min_history)
 
     def to_dict(self) -> dict[str, Any]:
@@ -233,7 +234,7 @@ def _interval(v: Verdict, current_values: list[float], base_points: list, cfg: R
     se = math.sqrt(var)  # on the log scale: the interval never reaches below -100 %
     q95 = t_quantile(0.975, noise.df)
     d = math.log1p(v.delta_pct / 100.0) if v.delta_pct > -100.0 else -math.inf
-    v.ci_pct = [round(100.0 * math.expm1(d - q95 * se), 3), round(100.0 * math.expm1(d + q95 * se), 3)]
+    v.ci_pct = [round(100.0 * safe_expm1(d - q95 * se), 3), round(100.0 * safe_expm1(d + q95 * se), 3)]
     threshold = 100.0 * t_quantile(1 - cfg.alpha, noise.df) * se  # one-sided detection threshold (50 % power)
     v.mde_pct = threshold + 100.0 * NormalDist().inv_cdf(0.8) * se
     if v.status == OK and threshold > 100.0 * cfg.min_effect:

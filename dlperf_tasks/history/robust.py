@@ -29,6 +29,32 @@ def mad(xs: Sequence[float], scale: float = MAD_SCALE) -> float:
     return scale * median([abs(x - m) for x in xs])
 
 
+#: a value is an outlier (a glitch, not noise) when it lies more than OUTLIER_K scaled MADs and at
+#: least a factor OUTLIER_MIN_RATIO from the median, on the log scale
+OUTLIER_K = 6.0
+OUTLIER_MIN_RATIO = 2.0
+
+
+def typical(xs: Sequence[float]) -> list[bool]:
+    """For each of ``xs`` (positive numbers), whether it is typical: within ``OUTLIER_K`` scaled MADs
+    and a factor ``OUTLIER_MIN_RATIO`` of the median on the log scale. A value that is not finite or
+    not positive is never typical. Robust: one glitch of any size (1000x, 1e300, 1e-300) among
+    three values moves neither the median nor the MAD."""
+    ok = [isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in xs]
+    logs = [math.log(x) for x, good in zip(xs, ok) if good]
+    if not logs:
+        return ok
+    m = median(logs)
+    bound = max(OUTLIER_K * mad(logs), math.log(OUTLIER_MIN_RATIO))
+    it = iter(logs)
+    return [good and abs(next(it) - m) <= bound for good in ok]
+
+
+def safe_expm1(x: float) -> float:
+    """``exp(x) - 1`` that never overflows (beyond about 1e300 it is infinity)."""
+    return math.expm1(x) if x < 690.0 else math.inf
+
+
 def cv(xs: Sequence[float]) -> float | None:
     """Coefficient of variation (stdev / mean), None for fewer than 2 values or a zero mean."""
     if len(xs) < 2:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from dlperf_tasks.report.flags import NOISY_CV
+from dlperf_tasks.report.flags import NOISY_CV, flags_text
 
 
 def ls_rows(summaries: Iterable[Mapping[str, Any]], framework: str | None = None, model: str | None = None,
@@ -37,7 +37,8 @@ def is_noisy(cv: Any) -> bool:
 
 
 def show_rows(result: Mapping[str, Any]) -> list[dict]:
-    """A result JSON's cells -> one row per cell (``noisy``: CV above :data:`NOISY_CV`)."""
+    """A result JSON's cells -> one row per cell (``noisy``: CV above :data:`NOISY_CV`; ``flags``:
+    report/flags.py's wording)."""
     rows = []
     for c in result.get("cells", []):
         rows.append({"cell_id": c.get("cell_id"), "model": c.get("model"), "topology": c.get("topology"),
@@ -46,6 +47,7 @@ def show_rows(result: Mapping[str, Any]) -> list[dict]:
                      "min": c.get("min"), "max": c.get("max"),
                      "speedup": c.get("speedup"), "valid": c.get("n_valid"), "invalid": c.get("n_invalid"),
                      "cv": c.get("cv"), "noisy": is_noisy(c.get("cv")), "unit": c.get("unit"),
+                     "flags": flags_text(c),
                      "invalid_reasons": sorted({t.get("reason") or t.get("status") for t in c.get("trials") or []
                                                 if t.get("status") != "OK" and (t.get("reason") or t.get("status"))})})
     return rows

@@ -14,7 +14,8 @@ from typing import Any
 
 from dlperf_tasks.history.runs import RunView, sort_runs
 from dlperf_tasks.core.settings import Settings, env_name
-from dlperf_tasks.store import opener
+from dlperf_tasks.store.layout import RUN_ID_RULE
+from dlperf_tasks.store.store import open_store
 from dlperf_tasks.core.errors import DlperfError
 
 ENV = env_name("store_url")
@@ -25,9 +26,9 @@ def store_settings(url: str | None = None, settings=None):
     return (settings or Settings.load()).with_store(url)
 
 
-def open_store(url: str | None = None, settings=None):
+def store_for(url: str | None = None, settings=None):
     """The :class:`dlperf_tasks.store.Store` for ``url`` / the settings' store."""
-    return opener.open_store(store_settings(url, settings))
+    return open_store(store_settings(url, settings))
 
 
 def history_views(store: Any, suite: str, since: str | None = None) -> list[RunView]:
@@ -40,8 +41,8 @@ def resolve_run(store: Any, spec: str, suite: str | None = None) -> str:
     given) or a unique prefix of a run id. Raises DlperfError naming the candidates."""
     spec = spec or ""
     if any(c.isspace() or ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in spec):
-        raise DlperfError(f"run {spec!r}: a run id has no whitespace or control character (not even a "
-                          f"trailing newline); give it exactly")
+        raise DlperfError(f"run {spec!r}: no whitespace or control character (not even a trailing newline): "
+                          f"{RUN_ID_RULE}; give it exactly")
     locate = getattr(store, "locate", None)
     if spec and spec != "latest" and locate is not None and "/" not in spec:
         try:  # an exact id: one read of its pointer object, no index (which may be huge or missing)

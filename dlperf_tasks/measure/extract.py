@@ -20,16 +20,18 @@ Use :func:`extract_tree` for a tree on disk (``dlperf extract``, the sweep, Airf
 
 from __future__ import annotations
 
-import gc
+import json
 import os
 import sys
 import time
-from dataclasses import field
+from pathlib import Path
+from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TextIO
 
-from dlperf_tasks.core.records import record
 from dlperf_tasks import frameworks
+from dlperf_tasks.core.digest import sha256_hex
 from dlperf_tasks.core.errors import ExtractError
-from dlperf_tasks.core.pathtext import exists, path_text
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.measure.lognames import (LOOKED_FOR, MEGATRON_FILE_RE, TOPO_DIR_RE, TRIAL_FILE_RE, LogFile,  # noqa: F401
                                    TrialFiles, discover, is_megatron_style, topology_from_path)
@@ -39,10 +41,6 @@ from dlperf_tasks.measure.stats import CellStats, aggregate
 from dlperf_tasks.measure.validity import gate, missing_log
 from dlperf_tasks.frameworks._lines import _utf8_safe, split_chunks
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, Iterator, TextIO
-
 #: the model key DLPerf's own extractors printed in their result dict, per framework
 #: (seed 000: 'bert-base', 003: 'bert', 004: 'rn50'); a suite's ``extra: {dlperf_model: ...}`` wins
 DLPERF_MODEL_KEYS = {"mxnet_bert": "bert-base", "tensorflow_bert": "bert", "mxnet_resnet50": "rn50"}
@@ -51,7 +49,7 @@ _PROGRESS_EVERY_S = 2.0
 _PROGRESS_MIN_TRIALS = 50
 
 
-@record
+@dataclass(slots=True)
 class ExtractResult:
     """What :func:`extract_tree` found. ``cells`` are computed from ``trials``."""
 
@@ -89,10 +87,6 @@ def extract_run_id(suite_id: str, window: Window, trials: Iterable[TrialResult])
     trial's id, status, speed, timestamps and log file names), so two different archives of one
     suite get two ids (publishing the second never replaces the first) while extracting the same
     logs again gives the same id (re-publishing it stays idempotent)."""
-    import json
-
-    from dlperf_tasks.core.digest import sha256_hex  # lazy: start-up (no OpenSSL for one digest)
-
     rows = []
     for t in sorted(trials, key=lambda t: t.trial.id):
         m = t.metric
@@ -216,8 +210,6 @@ def gate_run_logs(trial: Trial, run_dir: str | os.PathLike, window: Window | Non
     ``plausible_max_per_gpu``: the suite's bound (``suite.extra``; None = the framework's default).
     """
     fw = frameworks.get(trial.cell.framework)
-    from pathlib import Path
-
     root = Path(run_dir)
     logs = {}
     for node in range(trial.cell.topology.nodes):
@@ -231,10 +223,10 @@ def gate_run_logs(trial: Trial, run_dir: str | os.PathLike, window: Window | Non
 def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int | None = None,
                  window: Window | None = None, *, prefix: str | None = None,
                  progress: TextIO | Callable[[str], None] | None = None, keep_samples: bool = True,
-                 sample_sink: Callable[[TrialResult], Any] | None = None) -> ExtractResult:
+                 sample_sink: Callable[[Samples], Any] | None = None) -> ExtractResult:
     """Parse, gate and aggregate every trial found under ``log_dir`` with ``suite``'s framework.
 
-    Memory (issue 28.3): with ``keep_samples=False`` each trial's samples are dropped once it is
+    Memory: with ``keep_samples=False`` each trial's samples are dropped once it is
     gated (the medians, speedups and reasons need none of them), so memory is that of the largest
     trial, not of the tree. ``sample_sink(samples)`` is called first with each gated trial's samples (e.g.
     :class:`dlperf_tasks.report.result_stream.SampleSpool`'s ``put`` of its samples) and implies
@@ -245,12 +237,11 @@ def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int |
     callable) gets a line every few seconds on large trees. Raises :class:`ExtractError`
     when the tree holds no log that fits the naming.
     """
-    root = path_text(log_dir)  # str(Path(log_dir)), as the messages and the result's log_dir show it
-    if not exists(root):
+    root = str(Path(log_dir))  # as the messages and the result's log_dir show it
+    if not os.path.exists(root):
         raise ExtractError(f"log directory {root} does not exist")
     window = window or suite.window
     fw = frameworks.get(suite.framework)
-    gc_was_on = False
     source = LogTree(root)
     bound = (getattr(suite, "extra", None) or {}).get("plausible_max_per_gpu")
     try:
@@ -267,8 +258,6 @@ def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int |
         emit = _progress_fn(progress)
         results: list[TrialResult] = []
         last = start = time.monotonic()
-        gc_was_on = gc.isenabled()
-        gc.disable()  # millions of acyclic Samples: generational GC passes cost ~10 % and free nothing
         refs: dict[int, Any] = {}
         drop = sample_sink is not None or not keep_samples
         for i, tf in enumerate(found, 1):
@@ -284,8 +273,6 @@ def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int |
                 last = now
     finally:
         source.close()
-        if gc_was_on:
-            gc.enable()
     return ExtractResult(suite=suite, log_dir=root, window=window, trials=results,
                          cells=aggregate(results), skipped=skipped, files_seen=seen,
                          samples_kept=not drop, sample_refs=refs)

@@ -26,11 +26,10 @@ Two files for the same node of the same trial (``bert_b32_amp_1.log`` beside ``b
 from __future__ import annotations
 
 import re
-from dataclasses import field
+from dataclasses import dataclass, field
+from collections.abc import Iterable
 
-from dlperf_tasks.core.records import record
 from dlperf_tasks import frameworks
-from dlperf_tasks.core.lazyre import lazy
 from dlperf_tasks.core.errors import ExtractError
 from dlperf_tasks.core.model import Cell, MetricKind, ParallelLayout, Trial, Window
 from dlperf_tasks.core.topology import Topology
@@ -41,24 +40,20 @@ TRIAL_FILE_RE = re.compile(
     r"_(?P<trial>[1-9]\d{0,6})"
     r"(?:\.node(?P<node>\d{1,4}))?\.log\Z")
 _CASE = r"(?:DP|MP|2D|PP|DP_PP|MP_PP|2D_PP)_\d+x\d+x\d+_\d+_\d+x\d+"
-CASE_RE = lazy(_CASE + r"\Z")
-MEGATRON_FILE_RE = lazy(
+CASE_RE = re.compile(_CASE + r"\Z")
+MEGATRON_FILE_RE = re.compile(
     r"(?P<stem>(?P<prefix>.*?)_?(?P<nodes>[1-9]\d{0,3})n(?P<gpus>[1-9]\d{0,3})[gd]_dp(?P<dp>\d+)_mp(?P<mp>\d+)"
     r"_pp(?P<pp>\d+)_mb[sz](?P<mbs>\d+)_gb[sz](?P<gbs>\d+)(?:_s(?P<seq>\d+))?(?:_l(?P<layers>\d+))?"
     r"(?:_h(?:sz)?(?P<hidden>\d+))?(?:_(?:ahs|nh)(?P<heads>\d+))?(?:_(?P<case>" + _CASE + r"))?"
     r"(?P<rest>.*?)(?:_pretrain(?:_(?P<h2>\d+)_(?P<l2>\d+)_(?P<a2>\d+))?)?)_(?:rank)?(?P<node>\d{1,4})\.log\Z")
-_TRIAL_DIR_RE = lazy(r"[1-9]\d{0,6}\Z")
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterable
+_TRIAL_DIR_RE = re.compile(r"[1-9]\d{0,6}\Z")
 
 LOOKED_FOR = ("<N>n<G>g/<prefix>_b<B>_<fp32|fp16|amp>[_xla]_<trial>.log (DLPerf layout, e.g. 1n8g/bert_b32_fp32_1.log) "
               "or megatron_lm_perf_<N>n<G>g_dp<D>_mp<M>_pp<P>_mbs<m>_gbs<g>..._pretrain_<node>.log "
               "(or megatron_pretrain_gpt_<N>n<G>d_..._rank<node>.log)")
 
 
-@record
+@dataclass(slots=True)
 class LogFile:
     """One log file found in the tree."""
 
@@ -66,7 +61,7 @@ class LogFile:
     node: int  # node rank this log belongs to
 
 
-@record
+@dataclass(slots=True)
 class TrialFiles:
     trial: Trial
     logs: dict[int, LogFile] = field(default_factory=dict)  # node rank -> file
@@ -205,7 +200,7 @@ def discover(source_files: Iterable[str], suite, window: Window, batch_size_per_
         if not rel.endswith(".log"):
             continue
         key, trial, node, why = _place(rel, suite, window, megatron, batch_size_per_device, prefix, prefixes)
-        if key is None:
+        if key is None or trial is None:
             skipped.append((rel, why))
             continue
         if node >= trial.cell.topology.nodes:

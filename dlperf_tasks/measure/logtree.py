@@ -1,6 +1,6 @@
 """A log tree on disk or in a tar archive: list its regular files, stream one file's bytes, safely.
 
-Safety (issue 13.6): only regular files are read (a FIFO, a device or a symlink to ``/dev/zero``
+Safety: only regular files are read (a FIFO, a device or a symlink to ``/dev/zero``
 is listed as not used, never opened for reading; a file is opened with ``O_NONBLOCK`` and
 checked with ``fstat`` so one swapped for a FIFO after listing cannot block either); a symlink
 is followed only when its target is a regular file inside the tree (never outside: none of an
@@ -11,17 +11,15 @@ used (a directory named ``1n1g\\n`` is not a topology).
 
 from __future__ import annotations
 
+import lzma
+import zlib
 import os
 import stat
+import tarfile
+from pathlib import Path, PurePosixPath
+from collections.abc import Iterator
 
 from dlperf_tasks.core.errors import ExtractError
-from dlperf_tasks.core.pathtext import is_file
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    import tarfile
-    from pathlib import Path
-    from typing import Iterator
 
 #: the largest log read (bytes); beyond it the trial is invalid "file larger than the cap"
 MAX_LOG_BYTES = 4 << 30
@@ -32,12 +30,7 @@ BLOCK = 1 << 20
 
 
 def archive_errors() -> tuple[type[BaseException], ...]:
-    """What a truncated/corrupt .tar(.gz|.bz2|.xz) raises while it is read (tarfile, zlib and lzma
-    are imported only for an archive: start-up of ``dlperf extract`` on a directory)."""
-    import lzma
-    import tarfile
-    import zlib
-
+    """What a truncated/corrupt .tar(.gz|.bz2|.xz) raises while it is read."""
     return (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError)
 
 
@@ -46,8 +39,6 @@ class FileTooLarge(OSError):
 
 
 def _posix_path(name: str):
-    from pathlib import PurePosixPath
-
     return PurePosixPath(name)
 
 
@@ -69,9 +60,7 @@ class LogTree:
         self.tar: tarfile.TarFile | None = None
         self.members: dict[str, tarfile.TarInfo] = {}
         self.skipped: list[tuple[str, str]] = []
-        if is_file(os.fspath(root)):
-            import tarfile
-
+        if os.path.isfile(root):
             try:
                 is_tar = tarfile.is_tarfile(root)
                 if is_tar:
@@ -105,7 +94,7 @@ class LogTree:
 
     def _walk_tar(self) -> Iterator[str]:
         try:
-            for m in self.tar:  # iterating reads the member headers, not their data
+            for m in self.tar or ():  # iterating reads the member headers, not their data
                 rel = str(_posix_path(m.name.lstrip("./") or m.name))
                 if not m.isfile():
                     if m.name.endswith(".log"):

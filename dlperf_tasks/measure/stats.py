@@ -28,16 +28,13 @@ Pure logic, no I/O.
 from __future__ import annotations
 
 import math
-from dataclasses import field
+from statistics import median, stdev
+from dataclasses import dataclass, field
+from collections.abc import Iterable
 
-from dlperf_tasks.core.records import record
 from dlperf_tasks.core.model import Cell, MetricKind, TrialResult
 from dlperf_tasks.core.topology import BASELINE
 from dlperf_tasks import frameworks
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterable
 
 #: speedup_state values
 SPEEDUP_BASELINE = "baseline"  # this cell is the 1n1g baseline (speedup 1.0)
@@ -47,36 +44,6 @@ SPEEDUP_NO_VALID_TRIALS = "no_valid_trials"  # this cell itself has no valid tri
 SPEEDUP_NOT_APPLICABLE = "not_applicable"  # latency workloads (Megatron)
 
 UNITS = {MetricKind.THROUGHPUT: "samples/s", MetricKind.LATENCY: "ms/iter"}
-
-
-def median(values: list[float]) -> float:
-    """The middle value (the mean of the two middle ones for an even count), as
-    ``statistics.median`` gives it (statistics, fractions and decimal are not imported: start-up)."""
-    ordered = sorted(values)
-    half = len(ordered) // 2
-    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
-
-
-def stdev(values: list[float]) -> float:
-    """The sample standard deviation of two or more floats, exactly as ``statistics.stdev``
-    returns it: the variance is computed exactly (the floats as integers over one power of two),
-    and its square root is rounded once, correctly (an integer square root carrying 60 bits more
-    than a float holds, its last bit set when inexact, then one int -> float division)."""
-    n = len(values)
-    ratios = [float(v).as_integer_ratio() for v in values]
-    scale = max(q for _, q in ratios)  # every q is a power of two: the largest is a common denominator
-    ints = [p * (scale // q) for p, q in ratios]
-    total = sum(ints)
-    num = sum((n * x - total) ** 2 for x in ints)  # variance = num / den, exactly
-    den = n * n * scale * scale * (n - 1)
-    if num == 0:
-        return 0.0
-    shift = max(0, 60 - (num.bit_length() - den.bit_length()) // 2)  # root of num << 2*shift / den: >= 60 bits
-    scaled = num << (2 * shift)
-    root = math.isqrt(scaled // den)
-    if root * root * den != scaled:
-        root |= 1  # inexact: a sticky bit below the float's last so the one rounding is correct
-    return root / (1 << shift)
 
 
 def dlperf_round(x: float | None, ndigits: int = 2) -> float | None:
@@ -94,7 +61,7 @@ def trial_value(result: TrialResult) -> float | None:
     return dlperf_round(v)
 
 
-@record
+@dataclass(slots=True)
 class CellStats:
     """Statistics of one cell over its valid trials; ``trials`` keeps every trial (valid or not)."""
 
@@ -229,9 +196,10 @@ def aggregate(trial_results: Iterable[TrialResult]) -> list[CellStats]:
         if base is None or base.median is None or base.median <= 0:
             st.speedup_state = SPEEDUP_MISSING_BASELINE
             continue
-        st.speedup = dlperf_round(st.median / base.median)
+        speedup = dlperf_round(st.median / base.median)
+        st.speedup = speedup
         st.speedup_state = SPEEDUP_BASELINE if st is base else SPEEDUP_OK
-        st.scaling_efficiency = dlperf_round(st.speedup / st.cell.topology.world_size, 4)
+        st.scaling_efficiency = None if speedup is None else dlperf_round(speedup / st.cell.topology.world_size, 4)
     return cells
 
 

@@ -10,7 +10,9 @@ A trial is valid (``TrialStatus.OK``) only when
 * the framework's own :meth:`Framework.check` has no objection,
 * the framework's speed rule yields a finite value > 0,
 * no iteration is logged twice by the same rank (see :func:`repeated_iterations`),
-* every loss the log printed is finite (:attr:`LogFacts.nonfinite_losses`),
+* every loss the log printed is finite (:attr:`LogFacts.nonfinite_losses`), and so is every
+  gradient norm inside the window; the model the log's own arguments name is the cell's
+  (:mod:`dlperf_tasks.measure.trained`),
 * the value is physically plausible (:func:`plausibility_problem`, :func:`sample_bound_problems`):
   no iteration (a logged ``ms/iter`` sample, the metric's latency, or the time a throughput
   implies for one global batch) longer than a day; samples/s per GPU at most the suite's
@@ -32,13 +34,11 @@ import math
 from bisect import bisect_right
 from collections import Counter
 from operator import sub
+from collections.abc import Mapping
 
 from dlperf_tasks.frameworks.base import Framework
+from dlperf_tasks.measure.trained import grad_norm_problems, model_problems
 from dlperf_tasks.core.model import MetricKind, ParsedLog, Samples, Trial, TrialMetric, TrialResult, TrialStatus, Window
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Mapping
 
 #: sample units whose value is a timestamp (may be 0 or negative relative times)
 _TIMESTAMP_UNITS = {"s"}
@@ -59,7 +59,7 @@ def _ranges(numbers: list[int]) -> str:
     for n in numbers:
         if start is None:
             start = prev = n
-        elif n == prev + 1:
+        elif prev is not None and n == prev + 1:
             prev = n
         else:
             out.append(f"{start}-{prev}" if start != prev else str(start))
@@ -307,6 +307,8 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
     cell = trial.cell
     window = window or cell.window
     reasons, nonzero = generic_problems(parsed, window, framework.expected_ranks(cell), exit_codes)
+    reasons.extend(model_problems(cell.model, parsed.facts.args, parsed.facts.args_source))
+    reasons.extend(grad_norm_problems(parsed.extra.get("nonfinite_grad_norms") or (), window.warmup, window.total))
     try:
         reasons.extend(framework.check(parsed, cell, window))
     except Exception as exc:  # a framework check must not take the whole extraction down
@@ -329,7 +331,8 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
         if problem:
             reasons.append(problem)
 
-    if runtime_status not in (None, TrialStatus.OK):
+    status: TrialStatus
+    if runtime_status is not None and runtime_status is not TrialStatus.OK:
         status = runtime_status
         reasons = ([runtime_reason] if runtime_reason else [runtime_status.value.lower()]) + reasons
     elif nonzero:

@@ -20,6 +20,9 @@ LABEL_TRIAL = "dlperf.trial"
 LABEL_NODE = "dlperf.node"
 #: set in every trial process' environment so leftovers can be found in /proc on the node
 TRIAL_ENV = "DLPERF_TRIAL"
+#: the local runtime's mark (remote/local.py): one value per trial run, and a name the nodes'
+#: leftover search (``^DLPERF_TRIAL=``) does not match, since test nodes share this machine
+TRIAL_MARK_ENV = "DLPERF_TRIAL_MARK"
 CONTAINER_LOG_DIR = "/dlperf/out"
 
 

@@ -42,11 +42,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import yaml
-
 from dlperf_tasks.core.connection import connection_extra
 from dlperf_tasks.core import resolved_secrets
-from dlperf_tasks.core.errors import RemoteError, StoreError
+from dlperf_tasks.core.errors import CatalogError, RemoteError, StoreError
+from dlperf_tasks.catalog.yamlsrc import parse_yaml
 from dlperf_tasks.frameworks.base import NodeSpec
 
 _NODE_KEYS = {
@@ -338,11 +337,19 @@ class Cluster:
             text = p.read_text()
         except OSError as exc:
             raise RemoteError(f"cannot read cluster inventory {p}: {exc.strerror}") from None
+        if not text.strip():
+            raise RemoteError(f"cluster inventory {p}: file is empty (expected a mapping with 'nodes')")
+        try:  # one line naming file:line (PyYAML's own message is several lines with a caret)
+            data, _ = parse_yaml(text, str(p))
+        except CatalogError as exc:
+            raise RemoteError(f"cluster inventory {exc}") from None
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise RemoteError(f"cluster inventory {p} is not valid YAML: {exc}") from None
-        return cls.from_dict(data, source=str(p))
+            return cls.from_dict(data, source=str(p))
+        except RemoteError as exc:  # every inventory error names the file
+            msg = str(exc)
+            if not msg.startswith(str(p)):
+                msg = f"{p}: {msg.removeprefix('inventory: ').removeprefix('inventory ')}"
+            raise RemoteError(msg, node=exc.node) from None
 
     @classmethod
     def from_connections(cls, conns: Iterable[Mapping[str, Any]], name: str = "cluster",

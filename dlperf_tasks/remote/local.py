@@ -6,7 +6,10 @@ the framework's argv list without a shell; its output goes to the node's log fil
 run's log tree. A watchdog stops the whole trial on the wall-clock limit, when no node's
 log grows for ``hang_timeout_s``, or when a node exits non-zero. The logs then go through
 the same gate as every other runtime (:func:`dlperf_tasks.measure.extract.gate_run_logs`).
-:func:`stop` kills every process group a trial started (a cancelled task calls it).
+:func:`stop` kills every process group a trial started (a cancelled task calls it), and every
+process that still carries the trial's mark (``DLPERF_TRIAL_MARK`` in its environment): a
+launcher such as torchrun starts its ranks in sessions of their own, which a process-group kill
+does not reach. An interrupt (Ctrl-C, SIGTERM) or an error while a trial runs stops it the same way.
 """
 
 from __future__ import annotations
@@ -19,15 +22,19 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from dlperf_tasks.frameworks.base import Framework, NodeSpec
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.measure.extract import gate_run_logs
+from dlperf_tasks.remote.dockercmd import TRIAL_MARK_ENV
 
 LOCAL_MAX_PROCS = 8  # "GPUs" per node on the local cluster = worker processes on this machine
+MARK_ENV = TRIAL_MARK_ENV  # inherited by every process a trial starts, whatever its session
 _RUNNING: dict[str, list[subprocess.Popen]] = {}
+_MARKS: dict[str, str] = {}
 _LOCK = threading.Lock()
 
 
@@ -57,9 +64,11 @@ def environment() -> dict[str, Any]:
 
 
 def stop(trial_key: str, grace_s: float = 5.0) -> int:
-    """Terminate (then kill) every process group started for ``trial_key``; returns how many."""
+    """Terminate (then kill) every process group started for ``trial_key`` and every process
+    carrying its mark; waits until none is left (bounded). Returns how many groups it started."""
     with _LOCK:
         procs = _RUNNING.pop(trial_key, [])
+        mark = _MARKS.pop(trial_key, None)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = [p for p in procs if p.poll() is None]
         for p in alive:
@@ -67,10 +76,42 @@ def stop(trial_key: str, grace_s: float = 5.0) -> int:
                 os.killpg(p.pid, sig)
             except ProcessLookupError:
                 pass
+        marked = _signal_marked(mark, sig)
         deadline = time.monotonic() + grace_s
-        while any(p.poll() is None for p in alive) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        while (any(p.poll() is None for p in alive) or marked_pids(mark)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not marked and not any(p.poll() is None for p in procs):
+            break
     return len(procs)
+
+
+def marked_pids(mark: str | None) -> list[int]:
+    """Live processes of this user whose environment holds ``DLPERF_TRIAL_MARK=mark`` (zombies
+    have no environment and are not counted)."""
+    if not mark:
+        return []
+    needle = f"{MARK_ENV}={mark}".encode() + b"\0"
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                if needle in fh.read() + b"\0":
+                    found.append(int(entry.name))
+        except OSError:  # gone, or not ours
+            continue
+    return found
+
+
+def _signal_marked(mark: str | None, sig: int) -> list[int]:
+    pids = marked_pids(mark)
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    return pids
 
 
 def _settings(launcher: Mapping) -> dict:
@@ -98,6 +139,9 @@ def run_trial(trial: Trial, framework: Framework, launcher: Mapping, run_dir: st
     started = time.time()
     procs: list[subprocess.Popen] = []
     logs: list[Path] = []
+    mark = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    with _LOCK:
+        _MARKS[trial.key] = mark
     try:
         nodes, specs = launch_specs(trial, framework, launcher)
         for rank, spec in specs:
@@ -106,7 +150,7 @@ def run_trial(trial: Trial, framework: Framework, launcher: Mapping, run_dir: st
             logs.append(log)
             with open(log, "wb") as fh:
                 procs.append(subprocess.Popen(
-                    spec.argv, env={**os.environ, **spec.env}, cwd=spec.workdir or None,
+                    spec.argv, env={**os.environ, **spec.env, MARK_ENV: mark}, cwd=spec.workdir or None,
                     stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
             with _LOCK:
                 _RUNNING.setdefault(trial.key, []).append(procs[-1])
@@ -116,12 +160,14 @@ def run_trial(trial: Trial, framework: Framework, launcher: Mapping, run_dir: st
                            log_paths=[str(p.relative_to(run_dir)) for p in logs], started_at=started,
                            finished_at=time.time())
     metrics_log = run_dir / framework.log_relpath(trial, (framework.metrics_nodes(trial.cell) or [0])[0])
-    status, reason = _watch(procs, logs, timeout_s, hang_timeout_s, stop_event,
-                            lambda: progress and progress(_iterations(framework, metrics_log)))
-    if status is not None:
+    try:
+        status, reason = _watch(procs, logs, timeout_s, hang_timeout_s, stop_event,
+                                lambda: progress and progress(_iterations(framework, metrics_log)))
+    except BaseException:  # Ctrl-C, SIGTERM, an error: nothing the trial started outlives it
         stop(trial.key)
-    with _LOCK:
-        _RUNNING.pop(trial.key, None)
+        raise
+    # stopped or not, whatever is left of the trial (ranks a launcher left behind) goes
+    stop(trial.key)
     codes = {nodes[r].name: p.returncode for (r, _), p in zip(specs, procs)}
     return gate_run_logs(trial, run_dir, exit_codes=codes, runtime_status=status, runtime_reason=reason,
                          nodes=[n.name for n in nodes], started_at=started, finished_at=time.time(),

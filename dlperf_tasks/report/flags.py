@@ -1,16 +1,15 @@
-"""Flags a reader must see beside a cell's numbers (issue 26.1): a noisy cell (CV of its valid
+"""Flags a reader must see beside a cell's numbers: a noisy cell (CV of its valid
 trials above the bound, :data:`NOISY_CV`), a superlinear speedup
 (more than the cell's GPU count) or a scaling efficiency above 1, and an unsteady measurement
-window (speed still trending in some trials, dlperf_tasks/measure/steady.py). Used by ``make run``'s
-table (engine/outputs.py) and report.md (report/markdown.py)."""
+window (speed still trending in some trials, dlperf_tasks/measure/steady.py), and a cell with no
+valid trial. The one wording of these flags, used by every surface that shows a cell: ``make run``'s
+table (engine/outputs.py), report.md (report/markdown.py), ``dlperf results show`` and the results
+page (history/rows.py), the DAG run's note (history/links.py) and the Conbench export."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 # A cell whose trials spread more than this (stdev / mean) is flagged noisy: its median is not
 # worth comparing until the cause (thermal, a shared node, a straggler) is found.
@@ -34,9 +33,22 @@ def cell_flags(c: Mapping[str, Any], cv_bound: float = NOISY_CV) -> list[str]:
     return out
 
 
+def row_flags(c: Mapping[str, Any]) -> list[str]:
+    """:func:`cell_flags`, and "no valid trial" for a cell that has none."""
+    out = cell_flags(c)
+    if isinstance(c.get("n_valid"), int) and c["n_valid"] == 0:
+        out.insert(0, "no valid trial")
+    return out
+
+
+def flags_text(c: Mapping[str, Any]) -> str:
+    """A cell's flags on one line ("" when none)."""
+    return "; ".join(row_flags(c))
+
+
 def flags_lines(cells: list[Mapping[str, Any]]) -> list[str]:
     """report.md's "Flags" section (empty list: nothing to flag)."""
-    rows = [(c.get("cell_id"), f) for c in cells for f in [cell_flags(c)] if f]
+    rows = [(c.get("cell_id"), f) for c in cells for f in [row_flags(c)] if f]
     if not rows:
         return []
     return (["## Flags", "", "Read these cells' numbers with care:", ""]

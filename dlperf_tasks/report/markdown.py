@@ -23,13 +23,11 @@ speeds, dispersion, invalid trials) uses :mod:`.numbers`: 2 decimals, the CV as 
 from __future__ import annotations
 
 import pprint
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from dlperf_tasks.report.numbers import num2, pct
 from dlperf_tasks.report.flags import flags_lines
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Iterable, Iterator, Mapping
 
 _TP_HEADER = ["node_num", "gpu_num", "samples/s", "speedup"]
 _FULL_HEADER = ["node_num", "gpu_num", "median", "average", "min", "max", "stdev", "cv %",
@@ -259,7 +257,7 @@ def render_dlperf_text(result: Mapping[str, Any]) -> str:
 def dlperf_text_lines(result: Mapping[str, Any]) -> Iterator[str]:
     """:func:`render_dlperf_text` line by line (no newline), for a caller that writes them as they
     come: the growing dicts make the text quadratic in the trials of a cell (5 MB for 1,256 PyTorch
-    logs), so ``dlperf extract`` never holds all of it (issue 28.3)."""
+    logs), so ``dlperf extract`` never holds all of it."""
     invalid: list[str] = []
     any_line = False
     for c in result.get("cells", []):

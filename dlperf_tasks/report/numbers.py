@@ -1,4 +1,4 @@
-"""One number format for what people read (issue 26.5): speeds, speedups, efficiencies and
+"""One number format for what people read: speeds, speedups, efficiencies and
 dispersion with 2 decimals, the coefficient of variation as a percentage with 2 decimals.
 report.md's tables (except the seed tables, which keep the seeds' own format byte for byte),
 the results page and ``make run``'s table use these."""
@@ -6,10 +6,7 @@ the results page and ``make run``'s table use these."""
 from __future__ import annotations
 
 import math
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 
 def _finite(v: Any) -> float | None:

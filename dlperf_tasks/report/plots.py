@@ -202,9 +202,22 @@ def _when(p: Mapping[str, Any]):
     return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
 
-def trend_figure(points: Iterable[Mapping[str, Any]], *, title: str, unit: str, baseline: float | None = None):
-    """History of one cell: median per run with min-max error bars, trials (dots), the
-    history median; x = the runs' start time, labelled ticks carry date and run id."""
+def short_run_label(p: Mapping[str, Any]) -> str:
+    """A run as a person recognises it on an axis: its date and a short id (the run id's last
+    part, e.g. ``2026-01-02`` / ``abc123``), not the full id."""
+    day = str(p.get("started_at") or p.get("date") or "")[:10]
+    parts = [x for x in str(p.get("run_id") or "").split("-") if x]
+    short = parts[-1][:8] if parts else ""
+    if len(short) < 4 and len(parts) > 1:  # "...-nightly-7": keep the word before the number
+        short = f"{parts[-2][:8]}-{short}"
+    return f"{day}\n{short}".strip()
+
+
+def trend_figure(points: Iterable[Mapping[str, Any]], *, title: str, unit: str, baseline: float | None = None,
+                 min_history: int | None = None):
+    """History of one cell: median per run with min-max error bars, trials (dots), the history
+    median (only from at least ``min_history`` runs, what a verdict needs); x = the runs' start
+    time, labelled with date and short run id, legible at the page's width."""
     pts = [p for p in points if p.get("median") is not None]
     fig = _figure(10.0, 5.0)
     ax = fig.add_subplot(111)
@@ -217,26 +230,31 @@ def trend_figure(points: Iterable[Mapping[str, Any]], *, title: str, unit: str, 
         err = list(zip(*[_spread({"values": p.get("trial_values")}, m) for p, m in zip(pts, meds)]))
         tx = [x for x, p in zip(xs, pts) for _ in (p.get("trial_values") or [])]
         ty = [v for p in pts for v in (p.get("trial_values") or [])]
-        ax.scatter(tx, ty, s=4, alpha=0.4, label="trials")
-        ax.errorbar(xs, meds, yerr=err, marker="o", markersize=3, capsize=2, label="median (bars: trial min-max)")
-        if baseline is not None:
+        ax.scatter(tx, ty, s=16, alpha=0.75, color="tab:orange", edgecolors="black", linewidths=0.3,
+                   zorder=3, label="trials")
+        ax.errorbar(xs, meds, yerr=err, marker="o", markersize=5, capsize=3, zorder=2,
+                    label="median (bars: trial min-max)")
+        if baseline is not None and (min_history is None or len(pts) >= min_history):
             ax.axhline(baseline, linestyle="--", color="grey", label="history median")
-        step = max(1, len(pts) // 10)
+        elif baseline is not None:
+            ax.text(0.99, 0.02, f"no history line: {len(pts)} run(s), a verdict needs {min_history}",
+                    ha="right", va="bottom", fontsize=9, color="grey", transform=ax.transAxes)
+        step = max(1, -(-len(pts) // 8))  # at most 8 labelled ticks
         ax.set_xticks(xs[::step])
-        ax.set_xticklabels([f"{str(p.get('started_at') or p.get('date') or '')[:16].replace('T', ' ')}\n"
-                            f"{str(p.get('run_id') or '')[-24:]}" for p in pts][::step],
-                           rotation=45, ha="right", fontsize=6)
-        ax.set_xlabel("run start (UTC) and run id")
-        ax.legend(fontsize=8, loc="lower left")
+        ax.set_xticklabels([short_run_label(p) for p in pts][::step], rotation=0, ha="center", fontsize=9)
+        ax.set_xlabel("run (start date, UTC, and short id)", fontsize=10)
+        ax.legend(fontsize=9, loc="lower left")
     ax.set_ylim(bottom=0)
-    ax.set_ylabel(unit)
-    ax.set_title(title)
+    ax.set_ylabel(unit, fontsize=10)
+    ax.tick_params(axis="y", labelsize=9)
+    ax.set_title(title, fontsize=11)
     ax.grid(True, alpha=0.3)
     return fig
 
 
 def trend_png(points: Iterable[Mapping[str, Any]], *, title: str, unit: str,
-              path: str | os.PathLike | None = None, baseline: float | None = None) -> bytes:
+              path: str | os.PathLike | None = None, baseline: float | None = None,
+              min_history: int | None = None) -> bytes:
     """PNG of :func:`trend_figure`. ``points``: dicts with ``started_at``/``date``, ``run_id``,
     ``median``, ``trial_values`` (oldest first)."""
-    return _save(trend_figure(points, title=title, unit=unit, baseline=baseline), path)
+    return _save(trend_figure(points, title=title, unit=unit, baseline=baseline, min_history=min_history), path)

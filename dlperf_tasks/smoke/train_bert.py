@@ -11,9 +11,14 @@ encoder: token/position/segment embeddings, N transformer encoder layers, a mask
 head tied to the token embedding and a next-sentence head; the loss is MLM + NSP on
 randomly masked synthetic tokens. The optimizer is AdamW.
 
+On a CPU every process runs one intra-op thread (``--threads``): one process is one worker, as
+one GPU is. Two threads in the 1-process cell and one in each of the 2-process cell's processes
+made the baseline erratic on a busy machine (one thread preempted, the other spinning at the
+barrier) and the demo's speedup superlinear.
+
 Log format (parsed by ``dlperf_tasks.frameworks.smoke_bert.SmokeBert``)::
 
-    [smoke-bert] config model=tiny hidden=128 layers=2 heads=2 seq=64 ... world_size=2
+    [smoke-bert] config model=tiny hidden=128 layers=2 heads=2 seq=64 ... world_size=2 threads_per_process=1
     [smoke-bert] iteration=7 samples_per_sec=412.50 loss=6.9112 time=1712345678.123456   (rank 0, every iteration)
     [smoke-bert] final rank=1 world_size=2 iterations=30 elapsed_s=4.210                  (every rank, at the end)
 
@@ -60,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fp32, or amp (autocast fp16 on GPU, bf16 on CPU)")
     p.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate")
     p.add_argument("--seed", type=int, default=1234, help="random seed (each rank adds its rank)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads per process (0 = cores / local processes)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads per process (default 1: each process is one worker, as one GPU is, so 1 and "
+                        "N processes compare like with like; 0 = cores / local processes)")
     return p
 
 
@@ -131,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if want_cuda and not torch.cuda.is_available():
         print(f"{PREFIX} error: --device cuda but no CUDA device is visible", file=sys.stderr)
         return 2
+    threads = 0
     if want_cuda:
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
@@ -138,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.device("cpu")
         threads = args.threads or max(1, (os.cpu_count() or 1) // local_world)
         torch.set_num_threads(threads)
+        try:
+            torch.set_num_interop_threads(threads)
+        except RuntimeError:  # already fixed in this process
+            pass
     backend = "nccl" if want_cuda else "gloo"
     if world > 1:
         dist.init_process_group(backend=backend)
@@ -161,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         n_params = sum(p.numel() for p in model.parameters())
         print(f"{PREFIX} config model={name} hidden={cfg['hidden']} layers={cfg['layers']} heads={cfg['heads']} "
               f"seq={cfg['seq']} vocab={cfg['vocab']} params={n_params} batch_size_per_device={args.batch_size} "
-              f"precision={args.precision} device={device.type} backend={backend} world_size={world}", flush=True)
+              f"precision={args.precision} device={device.type} backend={backend} world_size={world} "
+              f"threads_per_process={threads or torch.get_num_threads()}", flush=True)
 
     model.train()
     t_start = time.time()

@@ -105,6 +105,10 @@ class Backend:
     def list_keys(self, prefix: str, delimiter: str | None = None) -> list[str]:
         raise NotImplementedError
 
+    def delete(self, key: str) -> None:
+        """Remove one object (none there: nothing to do)."""
+        raise NotImplementedError
+
     def url(self, key: str = "") -> str:  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -224,6 +228,14 @@ class LocalBackend(Backend):
             raise NotFound(f"{self.describe(key)}: no such object") from None
         except OSError as exc:
             raise StoreError(f"{self.describe(key)}: read failed: {exc.strerror}") from None
+
+    def delete(self, key):
+        try:
+            self._path(key).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"{self.describe(key)}: delete failed: {exc.strerror}") from None
 
     def list_keys(self, prefix, delimiter=None):
         base = self.root

@@ -23,6 +23,7 @@ a concurrent publisher's entry is never lost, and re-publishing a run replaces i
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Iterator, Mapping
 
 from dlperf_tasks.core.errors import StoreError
@@ -30,11 +31,14 @@ from dlperf_tasks.store.backends import Backend, NotFound
 from dlperf_tasks.store.cas import update_document
 from dlperf_tasks.store.index_stream import iter_index_runs
 from dlperf_tasks.store.limits import MAX_INDEX_ENV, Limits, check_size, pieces
+from dlperf_tasks.store.readback import row_problem
+
+log = logging.getLogger(__name__)
 
 INDEX_SCHEMA_VERSION = 1
 _CELL_KEYS = ("median_speed", "average_speed", "speedup", "n_valid", "n_invalid", "metric_kind", "unit",
               "topology", "batch_size_per_device", "precision", "model", "nodes", "gpus", "xla", "speedup_state",
-              "final_losses", "gpu_memory_mib")  # telemetry/loss (issue 16): the history "fast but wrong?" reads
+              "final_losses", "gpu_memory_mib")  # telemetry/loss: the history "fast but wrong?" reads
 
 
 def run_status(result: Mapping[str, Any]) -> str:
@@ -72,7 +76,7 @@ def run_summary(result: Mapping[str, Any], path: str, date: str, manifest_sha256
         "date": date, "started_at": run.get("started_at"), "finished_at": run.get("finished_at"),
         "status": run_status(result), "path": path, "manifest_sha256": manifest_sha256,
         "n_cells": len(cells), "cells": cells, "env": env,
-        "window": run.get("window"),  # the training length: final losses compare only within one (issue 16.5)
+        "window": run.get("window"),  # the training length: final losses compare only within one
     }
 
 
@@ -83,6 +87,8 @@ def _sort_key(s: Mapping[str, Any]) -> tuple:
 def parse_index(data: bytes, where: str) -> dict:
     try:
         doc = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise StoreError(f"{where}: index is not valid JSON (nested too deeply)") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise StoreError(f"{where}: index is not valid JSON ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
@@ -124,15 +130,45 @@ def iter_index(backend: Backend, key: str) -> Iterator[dict]:
     except NotFound:
         return
     where = backend.describe(key)
-    with src:
-        yield from iter_index_runs(pieces(src, limits.max_index_bytes, where), where)
+    seen = 0
+    try:
+        with src:
+            for row in iter_index_runs(pieces(src, limits.max_index_bytes, where), where):
+                seen += 1
+                if _usable(row, where, seen - 1):
+                    yield row
+    except StoreError as exc:
+        if "not valid JSON" not in str(exc):
+            raise
+        # a row the streaming parser cannot take (an integer beyond 64 bits, a lone surrogate,
+        # 1e400: written before publish refused them): the index read whole, that row skipped
+        try:
+            data, _ = backend.get_bytes(key, max_bytes=limits.max_index_bytes)
+            rows = parse_index(data, where)["runs"]
+        except (StoreError, NotFound, RecursionError):
+            raise exc from None
+        for i, row in enumerate(rows[seen:], start=seen):
+            if _usable(row, where, i):
+                yield row
+
+
+def _usable(row: Any, where: str, i: int) -> bool:
+    """False (with a warning naming the row) for an index row a reader cannot use."""
+    problem = row_problem(row)
+    if problem:
+        rid = row.get("run_id") if isinstance(row, dict) and isinstance(row.get("run_id"), str) else "?"
+        log.warning("%s: index row %d (run %s) skipped: %s", where, i, ascii(rid)[:120], problem)
+    return not problem
 
 
 def _merged(doc: dict, summary: Mapping[str, Any]) -> dict:
     """Insert/replace the row of ``summary["run_id"]``; keys the old row has and the summary
-    lacks (annotations such as ``regressions``) are kept."""
-    old = next((r for r in doc.get("runs", []) if r.get("run_id") == summary["run_id"]), {})
-    runs = [r for r in doc.get("runs", []) if r.get("run_id") != summary["run_id"]]
+    lacks (annotations such as ``regressions``) are kept. A row no reader can use (written
+    before publish refused such values) is left out, with a warning: its run stays in the store."""
+    where = f"index of {doc.get('suite')}"
+    usable = [r for i, r in enumerate(doc.get("runs", [])) if _usable(r, where, i)]
+    old = next((r for r in usable if r.get("run_id") == summary["run_id"]), {})
+    runs = [r for r in usable if r.get("run_id") != summary["run_id"]]
     runs.append({**old, **summary})
     runs.sort(key=_sort_key)
     return {"schema_version": INDEX_SCHEMA_VERSION, "suite": doc.get("suite") or summary.get("suite"),
@@ -147,6 +183,10 @@ def update_index(backend: Backend, key: str, summary: Mapping[str, Any], attempt
                  base_delay: float = 0.05) -> None:
     """Insert/replace ``summary`` in the index at ``key`` without losing concurrent updates."""
     suite = str(summary.get("suite"))
+    problem = row_problem(summary)
+    if problem:
+        raise StoreError(f"index row of run {summary.get('run_id')!r}: {problem}: the index's readers could not "
+                         f"read it back; refused")
 
     def apply(doc: dict, _etag: str | None) -> tuple[bytes | None, None]:
         existing = next((r for r in doc["runs"] if r.get("run_id") == summary["run_id"]), None)

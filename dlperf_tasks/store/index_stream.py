@@ -1,5 +1,5 @@
 """Read a suite index (``{"runs": [...], "schema_version": 1, "suite": "..."}``) run by run, in
-bounded pages, so an index of 200,000 runs never has to be held whole (issue 27.1).
+bounded pages, so an index of 200,000 runs never has to be held whole.
 
 :func:`iter_index_runs` takes the index's bytes as an iterator of pages (at most
 :data:`dlperf_tasks.store.limits.PIECE` each, see :func:`dlperf_tasks.store.limits.pieces`)
@@ -136,6 +136,8 @@ def iter_index_runs(pages: Iterable[bytes], where: str, max_entry: int = MAX_ENT
             src.mark = src.chars
             n += 1
             yield run
+    except UnicodeDecodeError as exc:  # a string escape that is no Unicode text (a lone surrogate)
+        raise StoreError(f"{where}: index is not valid JSON (a string that is not Unicode text: {exc.reason})") from None
     except ijson.JSONError as exc:
         reason = _reason(exc)
         after = "data after the document: " if "trailing garbage" in reason else ""

@@ -45,7 +45,11 @@ STAGING_DIR = "staging"  # private hand-over area between tasks (no shared disk 
 STAGING_GROUPS_DIR = "staging-dag-runs"  # private: the run ids of each scheduled run (re-runs reuse them)
 STATE_DIR = "state"  # private: the service's operating state (quarantine), shared by all workers
 
-# run ids: Airflow dag_run_ids look like "manual__2026-01-02T03:04:05.123+00:00".
+# run ids: Airflow dag_run_ids look like "manual__2026-01-02T03:04:05.123+00:00". The one rule,
+# stated once: every message about a run id quotes RUN_ID_RULE (layout checks the characters, the
+# spool the names and addresses redaction would change).
+RUN_ID_RULE = ("a run id is 1 to 200 letters, digits and . _ : + @ = - starting with a letter or digit, with no "
+               "'..', and names no host, address or user@host (redaction would change it)")
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@=-]{0,199}$")
 _SUITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -56,8 +60,7 @@ _PART_RE = re.compile(r"^[A-Za-z0-9._:+@=,%~-][A-Za-z0-9._:+@=,%~ -]*$")
 def validate_run_id(run_id: str) -> str:
     """Return ``run_id`` if it is a path-safe single component, else raise StoreError."""
     if not isinstance(run_id, str) or not _RUN_ID_RE.fullmatch(run_id) or ".." in run_id:
-        raise InvalidRunIdError(f"invalid run id {run_id!r}: use letters, digits and . _ : + @ = - "
-                         f"(no '/', '..', spaces or control characters; at most 200 characters)")
+        raise InvalidRunIdError(f"invalid run id {run_id!r}: {RUN_ID_RULE}")
     return run_id
 
 

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import ipaddress
 import os
 import tarfile
+import urllib.parse
 from typing import IO, Iterable
 
 from dlperf_tasks.core.errors import StoreError
@@ -340,9 +342,50 @@ def _sha256(f: IO[bytes]) -> str:
 
 
 def planted_from_environment(env: dict | None = None) -> list[str]:
-    """Secret values of the publishing process (``*SECRET*``, ``*PASSWORD*``, ``*TOKEN*``...)."""
+    """Secret values of the publishing process (``*SECRET*``, ``*PASSWORD*``, ``*TOKEN*``...) and
+    the secrets of the Airflow connections it could read (``AIRFLOW_CONN_*``: the registry and
+    store connections dlperf uses among them), so the CLI refuses what the DAG path refuses."""
     env = os.environ if env is None else env
-    return [v for k, v in env.items() if any(w in k.upper() for w in _SECRET_ENV_WORDS) and _secret_like(v)]
+    plain = [v for k, v in env.items() if any(w in k.upper() for w in _SECRET_ENV_WORDS) and _secret_like(v)]
+    conns = [c for k, v in env.items() if k.upper().startswith("AIRFLOW_CONN_") for c in connection_env_secrets(v)]
+    return plain + conns
+
+
+def connection_env_secrets(value: str) -> list[str]:
+    """The password and secret extra fields of one ``AIRFLOW_CONN_*`` value, in either of Airflow's
+    forms: a URI (``scheme://login:password@host:port/schema?extra_field=...&__extra__=<json>``)
+    or JSON (``{"conn_type": ..., "password": ..., "extra": {...}}``). Nothing is returned for an
+    unreadable value (Airflow itself refuses it)."""
+    text = str(value or "").strip()
+    found: list = []
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return []
+        if isinstance(data, dict):
+            found.append(data.get("password"))
+            extra = data.get("extra")
+            found += _extra_secrets(extra)
+    else:
+        try:
+            parts = urllib.parse.urlsplit(text)
+            found.append(urllib.parse.unquote(parts.password or ""))
+            params = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        except ValueError:
+            return []
+        for name, val in params:
+            found += _extra_secrets(val) if name == "__extra__" else ([val] if resolved_secrets.is_secret_field(name) else [])
+    return [p for v in found if isinstance(v, str) for p in resolved_secrets.pieces(v)]
+
+
+def _extra_secrets(extra) -> list:
+    if isinstance(extra, str):
+        try:
+            extra = json.loads(extra or "{}")
+        except ValueError:
+            return []
+    return [v for k, v in extra.items() if resolved_secrets.is_secret_field(k)] if isinstance(extra, dict) else []
 
 
 def _secret_like(value: str) -> bool:

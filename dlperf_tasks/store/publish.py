@@ -26,6 +26,7 @@ from dlperf_tasks.store.backends import Backend, PreconditionFailed
 from dlperf_tasks.store.index import run_summary, update_index
 from dlperf_tasks.store.redact import Redactor
 from dlperf_tasks.store.runfiles import publish_lock
+from dlperf_tasks.store.replace import drop_old_row, old_location, remove_leftovers
 from dlperf_tasks.store.sameid import existing_other_run, refuse_message
 from dlperf_tasks.store.spool import Spool
 from dlperf_tasks.store.backends import sha256_bytes
@@ -77,6 +78,8 @@ class PublishResult:
     not_published: list[dict] = field(default_factory=list)
     total_bytes: int = 0
     seconds: float = 0.0
+    replaced: str | None = None  # the different run --replace replaced (None: none)
+    replaced_left: list[str] = field(default_factory=list)  # what of it could not be removed
 
     def __str__(self) -> str:
         return self.url
@@ -136,6 +139,12 @@ def publish_run(store: StoreLocation, run_dir: str | Path, *, redactor: Redactor
                                on_uploaded=on_uploaded, replace=replace)
 
 
+#: seconds between two checkpoints of the spool's state file while objects upload (it is rewritten
+#: whole: once per object made publish quadratic in the number of files); a resume re-checks the
+#: objects uploaded since the last checkpoint (upload_object skips one already stored)
+STATE_EVERY_S = 2.0
+
+
 def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor | None, resume: bool,
                     policy: RetryPolicy | None, on_uploaded: Callable[[str, int], None] | None,
                     replace: bool = False) -> PublishResult:
@@ -162,12 +171,15 @@ def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor |
         spool.write_state(False, [], error=str(exc))
         raise StoreError(f"cannot publish run {spool.run_id}: {exc}; the spool is kept at {spool.root}, "
                          f"finish later with 'dlperf publish --resume {run_dir}'") from None
-    if not replace:
-        other = existing_other_run(backend, layout, spool.manifest)
-        if other is not None:
-            raise StoreError(refuse_message(store.url(), spool.manifest, other))
+    other = existing_other_run(backend, layout, spool.manifest)
+    if other is not None and not replace:
+        raise StoreError(refuse_message(store.url(), spool.manifest, other))
+    replaced = old_location(backend, layout, spool.run_id) if other is not None else None
+    left: list[str] = []
 
     done: list[str] = list(spool.state().get("uploaded", [])) if resume else []
+    done_set = set(done)
+    saved_at = time.monotonic()
     uploaded: list[str] = []
     skipped: list[str] = []
     n = 0
@@ -180,17 +192,24 @@ def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor |
             wrote = upload_object(backend, key, spool.file(e["path"]), e["size"], e["sha256"],
                                   e.get("content_type") or "application/octet-stream", policy)
             (uploaded if wrote else skipped).append(key)
-            if key not in done:
+            if key not in done_set:
                 done.append(key)
+                done_set.add(key)
             n += 1
-            spool.write_state(False, done)
+            if time.monotonic() - saved_at >= STATE_EVERY_S:  # a checkpoint, not a rewrite per object
+                spool.write_state(False, done)
+                saved_at = time.monotonic()
             if on_uploaded:
                 on_uploaded(key, n)
         summary = run_summary(spool.result(), spool.run_path, spool.date, manifest_sha256=spool.manifest_sha256())
         pointer = {"run_id": spool.run_id, "suite": spool.suite, "date": spool.date, "path": spool.run_path}
         _with_retry(lambda: _put_json_if_changed(backend, layout.pointer_key(spool.run_id), pointer), policy,
                     "pointer")
+        if replaced:  # the replaced run's row goes first: none of its keys (its verdicts) carry over
+            left += drop_old_row(backend, layout, replaced, spool.run_id)
         _with_retry(lambda: update_index(backend, layout.index_key(spool.suite), summary), policy, "index")
+        if replaced:
+            left += remove_leftovers(backend, layout, replaced, spool.manifest)
     except StoreError as exc:
         spool.write_state(False, done, error=str(exc))
         raise StoreError(f"publish of run {spool.run_id} incomplete: {exc}; the spool is kept at {spool.root}, "
@@ -202,7 +221,8 @@ def _publish_locked(store: StoreLocation, run_dir: Path, *, redactor: Redactor |
         manifest_key=layout.manifest_key(spool.suite, spool.date, spool.run_id),
         uploaded=uploaded, skipped=skipped, spool=str(spool.root),
         not_published=list(spool.manifest.get("skipped") or []),
-        total_bytes=sum(e["size"] for e in entries), seconds=time.monotonic() - t0)
+        total_bytes=sum(e["size"] for e in entries), seconds=time.monotonic() - t0,
+        replaced=other, replaced_left=left)
 
 
 def _put_json_if_changed(backend: Backend, key: str, doc: dict) -> None:

@@ -47,10 +47,11 @@ HOME_USER_RE = re.compile(r"(?:/home|/Users|/u|/export/home|/nfs/home)/(?P<u>[A-
 USER_AT_HOST_RE = re.compile(rf"(?<![\w.+/-])(?P<u>[A-Za-z_][A-Za-z0-9_.-]{{0,31}})@(?P<h>(?!sha\d)(?:{_NAME}))")
 
 # credentials: the secret part is replaced, the key name is kept
-_SECRET_WORDS = r"(?:SECRET|PASSWORD|PASSWD|PASSPHRASE|PASSWORD_FILE|TOKEN|API_?KEY|ACCESS_?KEY|AUTH|CREDENTIALS?)"
+_SECRET_WORDS = r"(?:SECRET|PASSWORD|PASSWD|PASSPHRASE|PASSWORD_FILE|TOKEN|API_?KEY|ACCESS_?KEY|AUTH|CREDENTIALS?|SIGNATURE)"
 CRED_RES = [
     # scheme://user:password@  (s3://KEY:SECRET@bucket, https://user:pass@host)
-    re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://(?P<c>[^/\s:@'\"]+:[^/\s@'\"]+)@"),
+    # (a secret may hold '/' and '+', as AWS secret keys do; a port followed by a path is no secret)
+    re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://(?P<c>[^/\s:@'\"]+:(?![0-9]*/)[^\s@'\"]+)@"),
     # scheme://token@ (a bare key as user info)
     re.compile(r"(?i)\b(?:s3|oss|gs|https?|ftp|redis|postgres(?:ql)?|mysql|amqp)://(?P<c>[^/\s:@'\"]{12,})@"),
     # KEY_NAME=value, "key_name": "value", key-name: value
@@ -125,7 +126,7 @@ def ipv4_run(run: str) -> bool:
 
 # prefilters: a rule runs on a block only when its cheap marker is in the lower-cased block
 CRED_MARKERS = [("://",), ("://",), ("secret", "pass", "token", "apikey", "api_key", "access_key", "accesskey",
-                                     "auth", "credential"),
+                                     "auth", "credential", "signature"),
                 ("login",), ("-pass", "-token", "-secret", "-api-key"), ("bearer", "basic", "token"),
                 ("akia", "asia")]
 CONTEXT_MARKERS = [None, ("on node", "on host", "on machine"), None, ("host", "node")]

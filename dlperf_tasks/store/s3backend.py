@@ -233,6 +233,12 @@ class S3Backend(Backend):
             raise self._error(exc, key, "GET") from None
         return _BodyReader(r["Body"])
 
+    def delete(self, key):
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:
+            raise self._error(exc, key, "DELETE") from None
+
     def list_keys(self, prefix, delimiter=None):
         out: list[str] = []
         kw: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}

@@ -21,6 +21,7 @@ byte-identical objects, and ``--resume`` uploads the spool as it is.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.store import layout as L
 from dlperf_tasks.store.backends import sha256_file
 from dlperf_tasks.store.leakscan import scan_spool
+from dlperf_tasks.store.readback import result_problem
 from dlperf_tasks.store.redact import Redactor, Secrets, read_node_identities
 from dlperf_tasks.store.runfiles import NotRegular, open_binary, open_text, walk
 from dlperf_tasks.store.leakscan import LeakScanner
@@ -76,8 +78,7 @@ def _publishable_run_id(run_id: str, redactor: Redactor) -> str:
     found = LeakScanner(redactor.known_values()).scan_line(run_id)
     if found or redactor.fresh().redact_text(run_id) != run_id:
         what = f"{found[0][0]} {found[0][1]!r}" if found else "a name or address that redaction removes"
-        raise StoreError(f"run id {run_id!r} cannot be published: it contains {what}; name the run with "
-                         f"letters, digits and . _ - only")
+        raise StoreError(f"run id {run_id!r} cannot be published: it contains {what}; {L.RUN_ID_RULE}")
     return run_id
 
 
@@ -190,8 +191,11 @@ class Spool:
         redactor = redactor.with_identities(read_node_identities(run_dir))
         result_path = run_dir / L.RESULT
         try:  # a link, hard link or special file is refused: its content may come from outside the run
-            with open_text(result_path, encoding="utf-8") as f:
-                result = json.loads(f.read())
+            with open_text(result_path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+                result_text = f.read()  # read once: the same text is checked, summarised and redacted
+            result = json.loads(result_text)
+        except RecursionError:
+            raise StoreError(f"{result_path}: nested too deeply to read; refusing to publish") from None
         except FileNotFoundError:
             raise StoreError(f"run directory {run_dir}: {result_path} not found") from None
         except NotRegular as exc:
@@ -202,6 +206,10 @@ class Spool:
         run = result.get("run") if isinstance(result, dict) else None
         if not isinstance(run, dict) or not run.get("run_id") or not run.get("suite"):
             raise StoreError(f"{result_path}: 'run.run_id' and 'run.suite' are required to publish")
+        problem = result_problem(result)
+        if problem:
+            raise StoreError(f"{result_path}: {problem}: the store's readers could not read it back; "
+                             f"refusing to publish")
         run_id = _publishable_run_id(L.validate_run_id(str(run["run_id"])), redactor)
         suite = L.validate_suite(str(run["suite"]))
         date = L.date_of(run.get("started_at") or run.get("finished_at"))
@@ -244,7 +252,8 @@ class Spool:
             entries.append(_entry(objects, L.LOGS_TAR))
             entries.extend(_entry(objects, r) for r in log_rels)
 
-        _redact_file(redactor, result_path, objects / L.RESULT)
+        with open(objects / L.RESULT, "w", encoding="utf-8", errors="surrogateescape", newline="") as dst:
+            redactor.redact_stream(io.StringIO(result_text), dst)
         try:
             redacted_result = json.loads((objects / L.RESULT).read_text(encoding="utf-8"))
         except ValueError as exc:  # pragma: no cover - placeholders never break JSON
@@ -328,9 +337,34 @@ def _make_tar(dest: Path, base: Path, rels: list[str]) -> None:
     os.replace(buf_path, dest)
 
 
+class _UpTo(io.RawIOBase):
+    """The first ``size`` bytes of an open file: a log that keeps growing while publish reads it is
+    read up to the size it had when publish reached it (a writer never keeps publish running)."""
+
+    def __init__(self, f, size: int):
+        self.f, self.left = f, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        if self.left <= 0:
+            return 0
+        n = self.f.readinto(memoryview(buf)[:min(len(buf), self.left)]) or 0
+        self.left -= n
+        return n
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
 def _redact_file(redactor: Redactor, src_path: Path, dest: Path) -> None:
-    """Stream ``src_path`` through the redactor into ``dest`` (bounded memory, any line length)."""
+    """Stream ``src_path`` through the redactor into ``dest`` (bounded memory, any line length),
+    up to the size the file had when it was opened."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with open_text(src_path, encoding="utf-8", errors="surrogateescape", newline="") as src, \
+    raw = open_binary(src_path)
+    limited = _UpTo(raw, os.fstat(raw.fileno()).st_size)
+    with io.TextIOWrapper(io.BufferedReader(limited), encoding="utf-8", errors="surrogateescape", newline="") as src, \
             open(dest, "w", encoding="utf-8", errors="surrogateescape", newline="") as dst:
         redactor.redact_stream(src, dst)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from dlperf_tasks.core.envkeys import env_value
+from dlperf_tasks.core.settings import env_value
 from dlperf_tasks.telemetry import commands
 from dlperf_tasks.telemetry.summary import NodeRaw, Policy
 from dlperf_tasks.telemetry.host import parse_ofed

@@ -6,7 +6,9 @@ Pages (all read-only, served from the store through its index):
 
 - ``/``                              recent runs per suite, regression badges, a compare form
 - ``/runs/{run_id}``                 metadata, links (Airflow DAG run and task logs, result.json,
-                                     report.md, plots, downloads), findings, cells, plots
+                                     report.md, plots, downloads), findings, cells, plots;
+                                     ``latest`` and a unique prefix redirect to the run, as the
+                                     CLI takes them (``/compare`` takes them too)
 - ``/runs/{run_id}/plots/{png}``     an archived plot (checksum-verified) or one drawn from result.json
 - ``/runs/{run_id}/files/{name}``    ``result.json`` / ``report.md`` from the store
 - ``/runs/{run_id}/download.{fmt}``  the run's trials as ``json`` / ``csv`` / ``parquet``
@@ -16,6 +18,8 @@ Pages (all read-only, served from the store through its index):
                                      publish task's extra link): redirect to the run's page,
                                      or a list when the DAG run published several suites
 - ``/api/runs?suite=S``              run summaries as JSON; ``/healthz``
+
+A missing or ambiguous run is a page for a browser (``Accept: text/html``), JSON for API clients.
 
 No Airflow import: ``authorize`` is a FastAPI dependency returning a
 :class:`dlperf_tasks.web.access.Viewer` (the plugin's asks Airflow's auth manager); it runs
@@ -30,7 +34,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fastapi import Depends, FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlperf_tasks.core.errors import InvalidRunIdError, NotFoundError
 from dlperf_tasks.web import api, compare, index, run, trend
@@ -56,4 +62,19 @@ def create_app(store_factory: Callable[[], Any], *, authorize: Callable[..., Vie
     app.state.trend_cache = app.state.site.trends
     for pages in (api, index, run, compare, trend):
         app.include_router(pages.router)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _error_page(request: Request, exc: StarletteHTTPException):
+        """A missing or ambiguous run, a bad request: a page for a browser, JSON for API clients;
+        a redirect and 401/403 stay as they are (the plugin sends a browser to sign in with a 303)."""
+        if (exc.status_code < 400 or exc.status_code in (401, 403)
+                or request.url.path.startswith(f"{request.scope.get('root_path', '')}/api")
+                or "text/html" not in request.headers.get("accept", "")):
+            return await http_exception_handler(request, exc)
+        page = app.state.site.page(request, "message.html", Viewer("-", frozenset(), False),
+                                   heading=f"{exc.status_code}: {'not found' if exc.status_code == 404 else 'error'}",
+                                   message=str(exc.detail))
+        page.status_code = exc.status_code
+        return page
+
     return app

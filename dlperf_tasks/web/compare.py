@@ -19,6 +19,8 @@ router = APIRouter()
 @router.get("/compare", response_class=HTMLResponse)
 def compare_page(request: Request, b: str, a: str | None = None, viewer: Viewer = Depends(current_viewer),
                  site: Site = Depends(site_of)):
+    b = site.resolve(b, viewer)  # ids, prefixes and ``latest`` as the CLI takes them
+    a = site.resolve(a, viewer) if a else a
     suite = site.suite_of(b, viewer)
     try:
         if not a:

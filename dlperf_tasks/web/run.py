@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.engine.decisions import summary_lines
@@ -23,13 +24,17 @@ _META = ("suite", "framework", "dag_run_id", "started_at", "finished_at", "image
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, run_id: str, viewer: Viewer = Depends(current_viewer), site: Site = Depends(site_of)):
-    suite = site.suite_of(run_id, viewer)
+    full = site.resolve(run_id, viewer)
+    suite = site.suite_of(full, viewer)  # 403 before the full id of a run the viewer may not read shows
+    if full != run_id:  # ``latest`` or a prefix, as the CLI takes them: the run's own address
+        root = request.scope.get("root_path", "").rstrip("/")
+        return RedirectResponse(f"{root}/runs/{quote(full, safe='')}", status_code=307)
     try:
         st = site.store()
         result = site.result_of(run_id)
         manifest = st.read_manifest(run_id)
         regressions = read_recorded(st, run_id, manifest)
-        confirmations = st.read_annotation(run_id, "confirmations")  # A/B verdicts (H8)
+        confirmations = st.read_annotation(run_id, "confirmations")  # A/B verdicts
         previous = previous_run(st, suite, run_id)
     except DlperfError as exc:
         raise site.fail(exc) from None

@@ -15,6 +15,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.history.runs import RunView
+from dlperf_tasks.history.source import resolve_run
+from dlperf_tasks.store.readback import shown_result
 from dlperf_tasks.web.access import Viewer
 
 RECENT_RUNS = 20
@@ -93,6 +95,19 @@ class Site:
                                                   **ctx)
         return HTMLResponse(html)
 
+    def resolve(self, spec: str, viewer: Viewer) -> str:
+        """The full run id of ``spec`` (an id, a unique prefix or ``latest``: the newest run the
+        viewer may read) as the CLI reads it; 404 naming the candidates when none or several match."""
+        try:
+            if spec == "latest":
+                runs = self.store().list_runs(limit=1, where=lambda r: viewer.can_read(r.get("suite")))
+                if not runs:
+                    raise DlperfError("no runs in the store that you may read")
+                return str(runs[-1].get("run_id"))
+            return resolve_run(self.store(), spec)
+        except DlperfError as exc:
+            raise HTTPException(404, str(exc)) from None
+
     def suite_of(self, run_id: str, viewer: Viewer) -> str:
         """The run's suite; 403 unless the viewer may read it (before any object is read)."""
         try:
@@ -103,7 +118,9 @@ class Site:
         return suite
 
     def result_of(self, run_id: str) -> dict:
-        return self.results.get(run_id, lambda: self.store().read_result(run_id))
+        """The run's result document; one stored before publish checked its values and holding
+        one no page can show is refused in one line (a StoreError, shown as an error page)."""
+        return self.results.get(run_id, lambda: shown_result(run_id, self.store().read_result(run_id)))
 
 
 def previous_run(store: Any, suite: str, run_id: str) -> str | None:

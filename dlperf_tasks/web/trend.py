@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.history.regress import RegressConfig
 from dlperf_tasks.history.source import history_views
 from dlperf_tasks.history.trend import cell_trend
 from dlperf_tasks.report.plots import trend_png
@@ -44,6 +45,6 @@ def trend_png_route(suite: str, cell: str, last: int = Query(60, ge=1, le=TREND_
     hit = key in site.trends.data
     data = site.trends.get(key, lambda: trend_png(
         [p.to_dict() for p in tr.points], title=f"{tr.cell_id} ({len(tr.points)} runs)", unit=tr.unit,
-        baseline=tr.overall_median()))
+        baseline=tr.overall_median(), min_history=RegressConfig().min_history))
     return Response(data, media_type="image/png", headers={"Cache-Control": "private, max-age=300",
                                                            "X-Dlperf-Cache": "hit" if hit else "miss"})

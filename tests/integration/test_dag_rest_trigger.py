@@ -100,10 +100,10 @@ def test_a_conf_that_bypasses_the_api_fails_plan_fast_with_the_error_in_the_note
 
 def test_trigger_form_in_chromium(airflow_server):
     """The trigger form of dlperf_smoke in the real UI (headless Chromium, screenshot in
-    tests/_artifacts/trigger_form_smoke.png): no optional field marked required, the four list
-    fields are one kind of widget (multi-select), XLA shows
-    "the suite's" (not a literal null), the descriptions show the suite's defaults and how many
-    trials a run plans with them."""
+    tests/_artifacts/trigger_form_smoke.png): no optional field marked required, the list fields
+    with a fixed set are one kind of widget (multi-select) and topologies a text box that takes any
+    valid topology, XLA shows "the suite's" (not a literal null), the descriptions show the suite's
+    defaults and the run's size (trials, nodes, GPU-hours) with them."""
     import json
     from pathlib import Path
 
@@ -127,9 +127,12 @@ def test_trigger_form_in_chromium(airflow_server):
         _shot(b, shots / "trigger_form_smoke_more.png")
         required = b.evaluate("JSON.stringify([...document.querySelectorAll('[id^=element_]')].filter("
                               "e => e.required || e.getAttribute('aria-required') === 'true').map(e => e.id))")
-        # every list field is the same widget: a multi-select (react-select) with the suites' values
+        # the list fields with a fixed set are a multi-select (react-select) with the suites' values;
+        # topologies is a text box (one per line) that takes any valid topology
         multi = b.evaluate("JSON.stringify(['suites', 'batch_sizes', 'precisions', 'topologies'].filter("
                            "n => document.querySelector('#element_' + n + ' [id^=react-select]') !== null))")
+        topo_kind = b.evaluate("(() => { const e = document.querySelector('#element_topologies');"
+                               " return e ? e.tagName.toLowerCase() : 'missing'; })()")
         _open_more_options(b)
         adaptive_kind = b.evaluate("(() => { const e = document.querySelector('#element_adaptive');"
                                    " if (!e) return 'missing'; if (e.querySelector('[id^=react-select]')) return 'select';"
@@ -142,10 +145,12 @@ def test_trigger_form_in_chromium(airflow_server):
     (shots / "trigger_form_smoke.html").write_text(dom)
     assert "element_topologies" in json.loads(fields or "[]"), dom[-3000:]
     assert json.loads(required or "[]") == [], required
-    assert json.loads(multi or "[]") == ["suites", "batch_sizes", "precisions", "topologies"], multi
+    assert json.loads(multi or "[]") == ["suites", "batch_sizes", "precisions"], multi
+    assert topo_kind == "textarea", topo_kind
     assert "Suite defaults: smoke: 1n1g, 1n2g" in dom and "With every default a run plans 6 trial task(s)" in dom
+    assert "Run size with every default: 6 trial(s), up to 1 node(s) per trial, at most" in dom
     assert "the suite's" in dom  # empty values read "the suite's", not a literal null
-    # issue 26.6: no internal field (the A/B confirmation JSON editor), no field the smoke suite
+    # no internal field (the A/B confirmation JSON editor), no field the smoke suite
     # cannot use (it runs on the host: no image; PyTorch: no XLA); adaptive trials is a choice
     ids = set(json.loads(fields or "[]"))
     assert not ids & {"element_confirm", "element_xla", "element_image_tag"}, ids
@@ -185,7 +190,7 @@ def _shot(b, path) -> None:
 
 
 def test_bad_field_error_in_view_of_the_trigger_button(airflow_server, tmp_path):
-    """Issue 26.6: a value the api-server refuses (trials 50 > 20) is reported where the user is.
+    """A value the api-server refuses (trials 50 > 20) is reported where the user is.
     Airflow 3.3 shows the refusal (HTTP 400, ``detail`` naming the field) only in an alert at the
     top of the trigger dialog, and its toast says only "Bad Request"; airflow.cfg.template's
     ``[api] theme`` keeps that alert stuck to the top of the visible dialog, so after clicking
@@ -229,7 +234,7 @@ def test_bad_field_error_in_view_of_the_trigger_button(airflow_server, tmp_path)
 
 
 def test_results_tab_on_the_dag_run_and_task_pages(airflow_server):
-    """Issue 26.6: every DAG run page and task instance page has a "DLPerf results" tab showing
+    """Every DAG run page and task instance page has a "DLPerf results" tab showing
     that DAG run's results inside the Airflow frame (plugins/dlperf_results.py external views);
     a run that published nothing says so (a page, not JSON). Screenshots:
     tests/_artifacts/run_results_tab.png, task_results_tab.png."""
@@ -269,3 +274,45 @@ def test_results_tab_on_the_dag_run_and_task_pages(airflow_server):
         assert got[name] and got[name]["src"].endswith(f"/dlperf/dag-runs/dlperf_smoke/{q}"), got
         assert "nothing published by this DAG run" in got[name]["text"] and '"detail"' not in got[name]["text"], got
         assert got[name + "_tab"], got
+
+
+def test_a_refused_trigger_with_unpause_ticked_arms_nothing(airflow_server):
+    """Airflow's trigger form sends "Unpause on trigger" (ticked by default) as a request of its own
+    beside the trigger, so a conf the api-server refuses (trials 50 > 20) still unpauses the DAG.
+    The embedded default arms no nightly schedule ([dlperf] nightly = false), so the refused trigger
+    changes nothing that runs: no run exists and no next run is scheduled. A pause heuristic that
+    paired the two requests would also re-pause a corrected resubmit made seconds later, leaving its
+    run queued on a paused DAG. Screenshot: tests/_artifacts/trigger_refused_paused.png."""
+    from pathlib import Path
+
+    from tests.integration._browser import Browser
+
+    s = airflow_server
+    _wait_dag(s, "dlperf_smoke")
+    assert s.request("PATCH", "/dags/dlperf_smoke", {"is_paused": True})[0] == 200
+    events = "/eventLogs?dag_id=dlperf_smoke&event=patch_dag&limit=100"
+    code, before = s.request("GET", events)
+    assert code == 200, before
+    runs_before = s.request("GET", "/dags/dlperf_smoke/dagRuns")[1]["total_entries"]
+    b = Browser(s.url, height=900)
+    try:
+        b.set_token(s.token)
+        _open_trigger_dialog(b, s.url)
+        ticked = b.evaluate("(() => { const c = [...document.querySelectorAll('label')].find("
+                            "l => /Unpause/.test(l.textContent)); if (!c) return null;"
+                            " const i = c.querySelector('input'); return i ? i.checked : null; })()")
+        b.evaluate("document.querySelector('[name=element_trials]').focus()")
+        b.call("Input.insertText", text="50")
+        b.evaluate("document.querySelector('[data-testid=trigger-dag-submit]').click()")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not b.evaluate("!!document.querySelector('[data-testid=error-alert]')"):
+            time.sleep(0.5)
+        _shot(b, Path(__file__).resolve().parents[1] / "_artifacts" / "trigger_refused_paused.png")
+    finally:
+        b.close()
+    assert ticked is True, "the trigger form has no ticked Unpause box for the paused DAG"
+    code, dag = s.request("GET", "/dags/dlperf_smoke")
+    assert code == 200, dag
+    # no schedule was armed, whatever the pause state the form left
+    assert dag.get("next_dagrun_logical_date") is None and dag.get("next_dagrun_run_after") is None, dag
+    assert s.request("GET", "/dags/dlperf_smoke/dagRuns")[1]["total_entries"] == runs_before

@@ -1,12 +1,13 @@
-"""Every suite sweeps on the simulated cluster with the STRICT stand-in (issue 11.4): the image
+"""Every suite sweeps on the simulated cluster with the STRICT stand-in: the image
 built from docker/standin refuses what the upstream entry points refuse (argparse flag sets at
 the pinned commits, DLE's BERT config vs --bert_model, Megatron's asserts), so a suite whose
 command would fail on a GPU cluster fails here too. Only the GPUs are simulated.
 
 Checks: one small plan of each of the five suites is valid end to end (pytorch-bert with seed
 001's accumulation 32 and "no GradAcc" cells, its BERT-base config put on the nodes by prepare);
-a misspelled flag and the repository's BERT-large config make the trial fail with the stand-in's
-message in the trial's reason; multi-node logs carry NCCL INFO lines in the real format."""
+a misspelled flag and the repository's BERT-large config are refused by the pre-launch guard
+before anything starts (the stand-in's own argparse refusal of the same flag is checked in
+tests/unit/test_standin_contract.py); multi-node logs carry NCCL INFO lines in the real format."""
 
 from __future__ import annotations
 
@@ -99,13 +100,14 @@ def test_every_suite_is_valid_with_the_strict_standin(sim_cluster_env, tmp_path)
     assert {c["median_speed"] for c in res.result["cells"]} == {120.5}
 
 
-def test_wrong_flag_and_bert_large_config_fail_with_the_standins_message(sim_cluster_env, tmp_path):
+def test_wrong_flag_and_bert_large_config_are_refused_before_launch(sim_cluster_env, tmp_path):
     sim = sim_cluster_env
     bad_flag = suite_file(tmp_path, "pytorch-bert", "badflag", {}, launcher={"extra_args": ["--learning-rate=1e-3"]})
     res = sweep(sim, bad_flag, {"precisions": "fp32", "batch_sizes": "32", "topologies": "1n1g"}, tmp_path)
     (t,) = res.all
-    assert t.status in (TrialStatus.LAUNCH_FAILED, TrialStatus.NONZERO_EXIT), t
-    assert "error: unrecognized arguments: --learning-rate=1e-3" in t.reason, t.reason
+    assert t.status == TrialStatus.LAUNCH_FAILED, t
+    assert "pre-launch guard refused" in t.reason and "--learning-rate is a flag it does not define" in t.reason, t.reason
+    assert "NVIDIA/DeepLearningExamples@" in t.reason and not t.log_paths, t
 
     large = suite_file(tmp_path, "pytorch-bert", "large", {},
                        launcher={"bert_config": None, "config_file": "/workspace/examples/bert/bert_config.json"})

@@ -255,3 +255,34 @@ def test_big_log_goes_up_as_multipart_and_verifies(s3_live, bucket, tmp_path, mo
     assert hashlib.sha256(body).hexdigest() == next(e["sha256"] for e in m["objects"]
                                                     if e["path"] == "logs/_node-1_/big.log")
     print(f"big publish: {res.total_bytes / 1e6:.1f} MB in {res.seconds:.2f}s")
+
+
+def test_replace_on_s3_leaves_only_the_new_run(s3_live, bucket, store, tmp_path):
+    """``publish --replace`` on SeaweedFS: the replaced run (another suite, another date, a recorded
+    verdict, an extra log) loses every object, its index row and the verdict on it."""
+    first = make_run_dir(tmp_path / "one", run_id=RUN_ID, suite="pytorch-bert",
+                         started_at="2026-01-02T03:04:05+00:00", log_lines=5)
+    (first / "logs" / "gpu-node-a" / "only_in_the_old_run.log").write_text("step 1\n")
+    store.publish(first)
+    store.annotate_run(RUN_ID, "regressions", {"verdict": "REGRESSION"}, index_value=["slower"])
+    c = s3_live.client()
+    old_base = f"dlperf/runs/pytorch-bert/2026-01-02/{RUN_ID}/"
+    old_keys = set(bucket_objects(c, bucket, old_base))
+    assert any("only_in_the_old_run" in k for k in old_keys) and any("annotations/" in k for k in old_keys)
+    assert store.list_runs(suite="pytorch-bert")[0]["regressions"] == ["slower"]
+
+    second = make_run_dir(tmp_path / "two", run_id=RUN_ID, suite="mxnet-bert",
+                          started_at="2026-01-05T03:04:05+00:00", log_lines=5)
+    res = store.publish(second, replace=True)
+    assert res.replaced and res.replaced_left == []
+    assert bucket_objects(c, bucket, old_base) == {}
+    old_index = json.loads(c.get_object(Bucket=bucket, Key="dlperf/index/pytorch-bert.json")["Body"].read())
+    assert old_index["runs"] == []
+    new_index = json.loads(c.get_object(Bucket=bucket, Key="dlperf/index/mxnet-bert.json")["Body"].read())
+    (row,) = new_index["runs"]
+    assert row["run_id"] == RUN_ID and "regressions" not in row and row["started_at"] == "2026-01-05T03:04:05+00:00"
+    assert store.read_annotation(RUN_ID, "regressions") is None
+    new_base = f"dlperf/runs/mxnet-bert/2026-01-05/{RUN_ID}/"
+    manifest = json.loads(c.get_object(Bucket=bucket, Key=new_base + "manifest.json")["Body"].read())
+    assert set(bucket_objects(c, bucket, "dlperf/runs/")) == \
+        {new_base + e["path"] for e in manifest["objects"]} | {new_base + "manifest.json"}

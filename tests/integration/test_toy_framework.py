@@ -119,11 +119,12 @@ def test_toy_framework_gets_its_dag_and_it_runs(toy_catalog, airflow_db, tmp_pat
     from dlperf_tasks.airflow import settings as settings_mod
     from dlperf_tasks.airflow.settings import DlperfSettings
 
-    cfg = DlperfSettings(store_url=f"file://{tmp_path / 'store'}", work_dir=str(tmp_path / "work"))
+    cfg = DlperfSettings(store_url=f"file://{tmp_path / 'store'}", work_dir=str(tmp_path / "work"), nightly=True)
     dags = dag_factory.build_all(cfg)
     dag = dags["dlperf_toy"]
     assert dag.dag_id == "dlperf_toy" and "trial" in dag.task_ids
-    # the suite's ``schedule:`` is the DAG's cron; ``[dlperf] schedule_toy`` overrides it (none = manual)
+    # with ``[dlperf] nightly`` the suite's ``schedule:`` is the DAG's cron; ``[dlperf] schedule_toy``
+    # overrides it (none = manual)
     assert dag.timetable.summary == "15 2 * * 1"
     vals = {"schedule_toy": "none", "store_url": cfg.store_url, "work_dir": cfg.work_dir}
     manual = dag_factory.build_all(settings_mod.load(lambda k, d: vals.get(k, d)))["dlperf_toy"]

@@ -171,6 +171,11 @@ def test_unknown_precision_points_at_line(tmp_path):
     assert f"bad.yaml:{line}: precisions[1]: unknown precision 'bf8'" in msg
 
 
+def test_topologies_sort_by_nodes_then_gpus():
+    from dlperf_tasks.core.topology import Topology as T
+    assert sorted([T(2, 1), T(1, 8), T(1, 1)]) == [T(1, 1), T(1, 8), T(2, 1)] and T(1, 8) <= T(1, 8)
+
+
 def test_bad_topology_string(tmp_path):
     d = _base()
     d["topologies"] = ["1n1g", "2x8"]

@@ -1,7 +1,9 @@
-"""DAG schedules come from the catalog (issue 12.5): a suite's ``schedule:`` field is checked when
+"""DAG schedules come from the catalog: a suite's ``schedule:`` field is checked when
 it loads, the suites of one DAG must agree, ``[dlperf] schedule_<dag>`` overrides (none = manual)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import yaml
@@ -54,12 +56,39 @@ def test_suites_of_one_dag_must_agree(tmp_path):
     with pytest.raises(ValueError, match="different schedules"):
         group_schedule("smoke", [a, b])
     with pytest.raises(settings_mod.SettingsError, match="different schedules"):
-        settings_mod.DlperfSettings().schedule("smoke", [a, b])
+        settings_mod.DlperfSettings(nightly=True).schedule("smoke", [a, b])
 
 
 def test_settings_take_the_catalog_cron_unless_overridden():
-    cfg = settings_mod.load(lambda k, d: {"schedule_pytorch": "@weekly", "schedule_smoke": "off"}.get(k, d))
+    cfg = settings_mod.load(lambda k, d: {"nightly": "true", "schedule_pytorch": "@weekly",
+                                          "schedule_smoke": "off"}.get(k, d))
     assert cfg.schedule("mxnet") == load_suite("mxnet-bert").schedule == "0 1 * * *"
     assert cfg.schedule("pytorch") == "@weekly" and cfg.schedule("smoke") is None
     assert cfg.schedule("no-such-dag", []) is None
     assert not hasattr(settings_mod, "DEFAULT_SCHEDULES")
+
+
+def test_nightly_runs_are_opt_in_per_deployment():
+    """Off (the embedded default and a deployment that says nothing): every DAG is manual only, so
+    unpausing one (the trigger form's Unpause box, even for a refused conf) arms nothing; an
+    explicit ``schedule_<dag>`` still counts; a word other than true/false is refused."""
+    off = settings_mod.load(lambda k, d: {"schedule_pytorch": "@weekly"}.get(k, d))
+    assert not off.nightly and off.schedule("mxnet") is None and off.schedule("smoke") is None
+    assert off.schedule("pytorch") == "@weekly"
+    assert off.catalog_schedule("mxnet") == "0 1 * * *"  # what the DAG page offers to arm
+    on = settings_mod.load(lambda k, d: {"nightly": "True"}.get(k, d))
+    assert on.nightly and on.schedule("smoke") == load_suite("smoke").schedule
+    with pytest.raises(settings_mod.SettingsError, match="nightly: 'yes please' is not true or false"):
+        settings_mod.load(lambda k, d: {"nightly": "yes please"}.get(k, d))
+    template = (Path(__file__).resolve().parents[2] / "airflow.cfg.template").read_text()
+    assert "\nnightly = false\n" in template
+
+
+def test_the_dag_page_says_whether_the_schedule_is_armed():
+    from dlperf_tasks.airflow.dag_factory import schedule_note
+
+    suites = [load_suite("smoke")]
+    off = schedule_note("smoke", suites, settings_mod.DlperfSettings())
+    assert "manual triggers only" in off and "`[dlperf] nightly = true`" in off and "`30 0 * * *`" in off
+    on = schedule_note("smoke", suites, settings_mod.DlperfSettings(nightly=True))
+    assert on.startswith("**Schedule:** `30 0 * * *` (UTC)")

@@ -1,4 +1,4 @@
-"""The compiled PyTorch BERT scanners (``_cdll``, ``_cstream``) give the pure-Python path's results.
+"""The compiled PyTorch BERT scanners (``_cdll``) give the pure-Python path's results.
 
 Every log is parsed twice, once with the C modules and once with their module attributes set to None
 (the pure-Python path, the reference), and the whole ParsedLog is compared: samples columns, facts,
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf_tasks.frameworks import _stream
+from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks import pytorch_bert_stream as pb
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -42,9 +42,7 @@ def key(parsed) -> tuple:
 
 
 def python_path(monkeypatch) -> None:
-    monkeypatch.setattr(pb, "_cdll", None)
-    monkeypatch.setattr(pb, "_cstream", None)
-    monkeypatch.setattr(_stream, "_cstream", None)
+    monkeypatch.setattr(_native, "dll_scan", None)
 
 
 def both(monkeypatch, data, piece: int = 1 << 20) -> tuple[tuple, tuple]:
@@ -57,9 +55,9 @@ def both(monkeypatch, data, piece: int = 1 << 20) -> tuple[tuple, tuple]:
 
 def test_the_extensions_are_built_and_used():
     """No silent fallback in this checkout: ``make install`` / setup.py build_ext builds them."""
-    from dlperf_tasks.frameworks import _cdll, _cstream  # noqa: F401 - an ImportError fails the test
+    from dlperf_tasks.frameworks import _cdll  # an ImportError fails the test
 
-    assert pb._cdll is not None and pb._cstream is not None and _stream._cstream is not None
+    assert _native.dll_scan is _cdll.scan and "_cdll" not in _native.problems
     used = []
     real = pb.PytorchBertStream._scan_fast
 

@@ -29,7 +29,7 @@ def test_topology_check_reads_the_inventory_and_no_credential():
     import pytest
 
     from dlperf_tasks.engine.errors import NonRetriable
-    from dlperf_tasks.engine.setup import check_fits
+    from dlperf_tasks.engine.clusterconf import check_fits
     from dlperf_tasks.core.model import Topology
     from dlperf_tasks.core.settings import Settings
 
@@ -40,6 +40,8 @@ def test_topology_check_reads_the_inventory_and_no_credential():
 
     s = NoLookups(**{f.name: getattr(Settings.load(cluster=str(ROOT / "examples" / "cluster.yaml")), f.name)
                      for f in dataclasses.fields(Settings)})
-    check_fits([Topology.parse("3n8g")], s)
+    check_fits([Topology.parse("3n4g"), Topology.parse("2n8g")], s)
+    with pytest.raises(NonRetriable, match="3n8g needs 3 nodes with 8 GPUs; cluster dgx-pod has 2 such node"):
+        check_fits([Topology.parse("3n8g")], s)  # node3 has 4 GPUs
     with pytest.raises(NonRetriable, match="4n8g needs 4 nodes; cluster dgx-pod has 3"):
         check_fits([Topology.parse("4n8g")], s)

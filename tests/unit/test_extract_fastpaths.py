@@ -12,7 +12,7 @@ import pytest
 
 from dlperf_tasks.measure import logtree
 from dlperf_tasks.frameworks import _lines
-from dlperf_tasks.frameworks._stream import LogStream, kv_args
+from dlperf_tasks.frameworks._stream import LogStream, kv_args, kv_pattern, literals_in
 
 
 def _buffered_blocks(path: str, size: int) -> list[bytes]:
@@ -57,8 +57,9 @@ def test_kv_args_matches_the_single_pattern():
     for _ in range(20000):
         text = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 12)))
         for keys in (None, ("batch_size", "dtype"), ("total_batch_size",)):
-            assert kv_args(text, keys) == _kv_reference(text, keys), (text, keys)
-    assert kv_args("batch_size=3, (dtype='f16')", ("batch_size", "dtype")) == {"batch_size": "3", "dtype": "f16"}
+            got = kv_args(text) if keys is None else kv_args(text, kv_pattern(*keys))
+            assert got == _kv_reference(text, keys), (text, keys)
+    assert kv_args("batch_size=3, (dtype='f16')", kv_pattern("batch_size", "dtype")) == {"batch_size": "3", "dtype": "f16"}
 
 
 class _Plain(LogStream):
@@ -133,22 +134,15 @@ def test_crash_shape_check_finds_every_hint_among_digit_noise(monkeypatch, hint)
     assert markers[0] and markers[0] == markers[1]
 
 
-def test_remembered_clean_shapes_never_hide_a_later_hint(monkeypatch):
-    """Issue 28: shapes seen without a hint are remembered across logs (a tree's logs share most of
-    theirs); a later log's hint is on a shape not remembered, so it is still found. Bounded."""
+def test_the_shape_check_never_hides_a_hint():
+    """Lines that differ only in their digits are checked once; a hint on any line is still found."""
     from dlperf_tasks.frameworks import _stream
 
-    monkeypatch.setattr(_stream, "_CLEAN_SHAPES", set())
     rng = random.Random(5)
     first = _bars(300, rng)
-    assert not _stream._may_hold_hint(first) and _stream._CLEAN_SHAPES
-    assert not _stream._may_hold_hint(_bars(300, rng))  # same shapes: nothing new to check
+    assert not _stream._may_hold_hint(first)
     for hint in _lines._CRASH_HINTS:
         assert _stream._may_hold_hint(first + f"[1,0]<stderr>: 42 {hint} 7\n" + first), hint
-    monkeypatch.setattr(_stream, "_CLEAN_SHAPES_MAX", 50)
-    for i in range(200):
-        _stream._may_hold_hint(f"line of shape {'x' * i}\n")
-    assert len(_stream._CLEAN_SHAPES) <= 50
 
 
 def test_clock_seconds_same_doubles_as_the_plain_sum():
@@ -175,3 +169,16 @@ def test_sample_bounds_skip_only_units_they_never_bound():
     assert sample_bound_problems(s, 8, 100.0, MetricKind.LATENCY) == []
     s.add_columns([3], [1e-300], "ms/iter")
     assert "below the plausible floor" in sample_bound_problems(s, 8, 100.0, MetricKind.LATENCY)[0]
+
+
+def test_literals_in_reads_the_line_shapes_as_the_text():
+    """``literals_in`` looks in the distinct digit-less line shapes of a long text: the same bits as ``in``."""
+    from dlperf_tasks.frameworks import pytorch_bert_stream as pb
+
+    rng = random.Random(9)
+    pieces = ["Iteration: 12\n", "  3%|#  | 41/1000\n", "PARAMETER", "Traceback", "torchrun ", "7", "\n",
+              "CUDA out of memory", "x" * 50, "skipped_steps : 3\n", "a0b"]
+    for _ in range(300):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 600)))
+        want = sum(1 << i for i, lit in enumerate(pb._SCAN_LITERALS) if lit in text)
+        assert literals_in(text, pb._SCAN_LITERALS) == want

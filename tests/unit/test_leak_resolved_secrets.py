@@ -1,4 +1,4 @@
-"""Issue 27.3: the pre-publish leak check covers every secret the process resolved, not only the
+"""The pre-publish leak check covers every secret the process resolved, not only the
 secret-looking environment variables: inventory passwords, key texts and passphrases, registry
 passwords (``password_env`` of any name), connection passwords and extras (nodes and the store).
 A trial log that prints one is refused before anything is uploaded, and the refusal never shows it."""
@@ -126,3 +126,24 @@ def test_short_and_placeholder_values_are_not_registered():
     resolved_secrets.remember("root", "password", None, "", 12345, "-----BEGIN OPENSSH PRIVATE KEY-----\n"
                               "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n")
     assert resolved_secrets.values() == ["b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ"]
+
+
+@pytest.mark.parametrize("form", ["uri", "json", "uri-extra"])
+def test_a_secret_only_an_airflow_connection_in_the_environment_knows_is_refused_on_the_cli(tmp_path, monkeypatch,
+                                                                                           capsys, form):
+    """``dlperf publish`` on the CLI reads no connection, yet the registry/store connections the
+    service uses may sit in ``AIRFLOW_CONN_*``: their secrets are in the CLI's leak scan too."""
+    from urllib.parse import quote
+
+    from dlperf_tasks.cli import main as cli_main
+
+    secret = "Cn/" + PLAIN + "@x"  # reserved characters: percent-encoded in the URI form
+    value = {"uri": f"docker://robot:{quote(secret, safe='')}@registry.example:5000",
+             "json": '{"conn_type": "aws", "login": "AKIAEXAMPLE", "password": "' + secret + '"}',
+             "uri-extra": "aws://?__extra__=" + quote('{"aws_session_token": "' + secret + '"}', safe="")}[form]
+    monkeypatch.setenv("AIRFLOW_CONN_DLPERF_REGISTRY", value)
+    rd = _run_with(tmp_path, secret)
+    code = cli_main(["publish", str(rd), "--store", f"file://{tmp_path / 'store'}"])
+    err = capsys.readouterr().err
+    assert code != 0 and "planted secret" in err and secret not in err and PLAIN not in err
+    assert not (tmp_path / "store" / "runs").exists()

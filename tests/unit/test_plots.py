@@ -1,6 +1,7 @@
 """PNG plots of a run (throughput / speedup vs GPUs) and of a cell's history."""
 
 import io
+from pathlib import Path
 
 import pytest
 from matplotlib.image import imread
@@ -65,7 +66,7 @@ def test_trend_png(tmp_path):
 
 
 def test_run_plots_start_at_zero_with_integer_gpu_ticks_and_error_bars():
-    """Issue 14.8: a 1 % drop must not look like a cliff."""
+    """A 1 % drop must not look like a cliff."""
     from matplotlib.container import ErrorbarContainer
 
     from dlperf_tasks.report.plots import plot_groups, speedup_figure, throughput_figure
@@ -99,7 +100,38 @@ def test_trend_axis_is_time_with_run_ids_and_starts_at_zero():
     ax = trend_figure(pts, title="c", unit="samples/s", baseline=1000).axes[0]
     assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > 1000
     labels = [t.get_text() for t in ax.get_xticklabels()]
-    assert labels[0] == "2026-01-01 01:30\nrun-000" and all("run-" in t for t in labels)
+    assert labels[0] == "2026-01-01\nrun-000" and all("run-" in t for t in labels)
     ticks = [num2date(x) for x in ax.get_xticks()]
     assert ticks[0] == dt.datetime(2026, 1, 1, 1, 30, tzinfo=dt.timezone.utc)
     assert any(c.__class__.__name__ == "ErrorbarContainer" for c in ax.containers)
+
+
+def test_trend_plot_is_readable_at_the_pages_size():
+    """Tick labels at least 9 pt, date + short run id (not the full id), trial markers a reader
+    sees, and no history median drawn from fewer runs than a verdict needs. The PNG goes to the
+    tests' artifacts."""
+    import datetime as dt
+
+    from dlperf_tasks.report.plots import short_run_label, trend_figure
+
+    def pts(n):
+        return [{"started_at": (dt.datetime(2026, 1, 1, 1) + dt.timedelta(days=i)).isoformat(),
+                 "run_id": f"mxnet-bert-2026010{i % 9 + 1}T010000-{i:04x}beef{i}", "median": 100.0 + i % 3,
+                 "trial_values": [99.0 + i % 3, 101.0 + i % 3]} for i in range(n)]
+
+    fig = trend_figure(pts(30), title="cell", unit="samples/s", baseline=101.0, min_history=5)
+    ax = fig.axes[0]
+    labels = [t for t in ax.get_xticklabels() if t.get_text()]
+    assert 1 < len(labels) <= 8 and all(t.get_fontsize() >= 9 for t in labels)
+    assert labels[0].get_text() == "2026-01-01\n0000beef"  # date and a short id
+    trials = next(c for c in ax.collections if c.get_label() == "trials")
+    assert trials.get_sizes()[0] >= 16 and trials.get_alpha() >= 0.7
+    assert any(line.get_label() == "history median" for line in ax.lines)
+    few = trend_figure(pts(3), title="cell", unit="samples/s", baseline=101.0, min_history=5).axes[0]
+    assert not any(line.get_label() == "history median" for line in few.lines)
+    assert any("a verdict needs 5" in t.get_text() for t in few.texts)
+    assert short_run_label({"date": "2026-01-02", "run_id": "2026-01-02-nightly-7"}) == "2026-01-02\nnightly-7"
+    art = Path(__file__).resolve().parent.parent / "_artifacts"
+    art.mkdir(exist_ok=True)
+    _img(trend_png(pts(30), title="cell (30 runs)", unit="samples/s", baseline=101.0, min_history=5,
+                   path=art / "trend_readable.png"))

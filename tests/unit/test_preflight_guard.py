@@ -1,4 +1,4 @@
-"""Issue 24.1/24.4: every built-in suite's commands match what upstream takes at the pinned commits, and
+"""Every built-in suite's commands match what upstream takes at the pinned commits, and
 the guard before launch refuses a command that would train another model, precision, batch or data than
 its cell, with one line, before any GPU time.
 
@@ -11,6 +11,7 @@ required flag fails here, not on the GPUs.
 
 from __future__ import annotations
 
+import dataclasses
 import argparse
 import contextlib
 import io
@@ -148,7 +149,7 @@ def test_script_flags_reads_the_last_occurrence_like_argparse():
 def test_a_cell_without_model_size_is_not_guessed():
     suite, trial = _trial("mxnet-bert", topologies="1n1g")
     cell = trial.cell
-    odd = type(cell)(**{**cell.__dict__, "model": "custom"}) if hasattr(cell, "__dict__") else cell
+    odd = dataclasses.replace(cell, model="custom")
     assert check("mxnet_bert", odd, ["python3", "run_pretraining.py", "--model", "bert_24_1024_16",
                                      "--dtype", "float32", "--total_batch_size", str(cell.batch_size_per_device),
                                      "--data", "/d/*"], {}) == []

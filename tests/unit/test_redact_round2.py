@@ -1,4 +1,4 @@
-"""Issue 27.9: redaction also removes a node's FQDN domain (``<node>.corp.example.com`` when only
+"""Redaction also removes a node's FQDN domain (``<node>.corp.example.com`` when only
 ``<node>`` is known), IPv6 addresses with no decimal digit and netstat's ``a.b.c.d.port``; the
 independent leak scanner finds each of them too. Run ids with trailing whitespace or a newline are
 rejected, never matched; a run id that redaction would change (``x:y@z=1+2`` reads as user@host)
@@ -94,3 +94,24 @@ def test_a_published_log_keeps_no_node_domain(tmp_path):
     store.publish(rd)
     text = (tmp_path / "store").rglob("bert_b32_fp32_1.log").__next__().read_text()
     assert "corp.example.com" not in text and "54321" in text and "10.11.0.2" not in text and "cafe:beef" not in text
+
+
+def test_the_run_id_rule_is_one_rule_quoted_by_every_refusal(tmp_path):
+    """The character check (layout), the publish check (names and addresses) and the reader's
+    check give the same rule, word for word, so no message allows what another refuses."""
+    from dlperf_tasks.history.source import resolve_run
+    from dlperf_tasks.store.layout import RUN_ID_RULE, validate_run_id
+
+    store = Store.from_url(f"file://{tmp_path / 'store'}", inventory=SAMPLE_INVENTORY, retry=FAST)
+    messages = []
+    with pytest.raises(StoreError) as exc:
+        validate_run_id("a/b")
+    messages.append(str(exc.value))
+    with pytest.raises(StoreError) as exc:
+        store.publish(make_run_dir(tmp_path / "work", run_id="x:y@z=1+2", log_lines=2))
+    messages.append(str(exc.value))
+    with pytest.raises(DlperfError) as exc:
+        resolve_run(store, "a b")
+    messages.append(str(exc.value))
+    assert all(RUN_ID_RULE in m and "\n" not in m for m in messages), messages
+    assert ": + @ =" in RUN_ID_RULE and "user@host" in RUN_ID_RULE

@@ -103,7 +103,7 @@ def test_dag_run_link_target_redirects_to_the_runs_results(client):
 
 
 def test_dag_run_tab_without_results_is_a_page_that_says_why(client):
-    """Issue 26.6: the "DLPerf results" tab of a DAG run (and of its tasks) shows
+    """The "DLPerf results" tab of a DAG run (and of its tasks) shows
     ``/dag-runs/<dag>/<run>`` inside the Airflow frame, for every DAG: with nothing to show it
     is an HTML page saying why, not a JSON error."""
     c, _, _, _ = client
@@ -147,3 +147,42 @@ def test_authorize_runs_once_per_request_and_two_apps_keep_their_own_store(tmp_p
     assert calls == ["a", "a", "a"]
     assert cb.get("/healthz").json() == {"ok": True, "user": "b"}
     assert sa.url() in ca.get("/").text and sb.url() in cb.get("/").text and sa.url() not in cb.get("/").text
+
+
+def test_run_pages_take_latest_and_prefixes_and_a_missing_run_is_a_page(client):
+    c, results, other, _ = client
+    alice = {"x-user": "alice"}
+    rid = results[-1]["run"]["run_id"]
+    r = c.get("/runs/latest", headers=alice, follow_redirects=False)  # alice's newest readable run
+    assert r.status_code == 307 and r.headers["location"].endswith(f"/runs/{rid}")
+    r = c.get(f"/runs/{rid[:-1]}", headers=alice)  # a unique prefix, as the CLI takes it
+    assert r.status_code == 200 and f"Run {rid}" in r.text
+    page = c.get(f"/compare?b={rid[:-1]}&a={results[-2]['run']['run_id'][:-1]}", headers=alice)
+    assert page.status_code == 200 and rid in page.text
+    browser = dict(alice, accept="text/html,application/xhtml+xml")
+    for spec, why in (("no-such-run", "no-such-run"), ("2026-01", "2026-01")):  # missing; ambiguous
+        r = c.get(f"/runs/{spec}", headers=browser)
+        assert r.status_code == 404 and r.headers["content-type"].startswith("text/html"), spec
+        assert "<h1>404: not found</h1>" in r.text and why in r.text and not r.text.startswith("{")
+    api = c.get("/runs/no-such-run", headers=alice)  # an API client keeps its JSON
+    assert api.status_code == 404 and "detail" in api.json()
+    assert c.get(f"/runs/{other[-1]['run']['run_id'][:-1]}", headers=alice).status_code == 403
+
+
+def test_run_page_shows_each_cells_flags_in_the_one_wording(client):
+    c, results, _, _ = client
+    from dlperf_tasks.report.flags import flags_text
+
+    rid = results[-1]["run"]["run_id"]
+    page = c.get(f"/runs/{rid}", headers={"x-user": "alice"}).text
+    wanted = [flags_text(cell) for cell in results[-1]["cells"] if flags_text(cell)]
+    assert all(w.replace(">", "&gt;") in page for w in wanted)
+
+
+def test_the_error_page_leaves_a_sign_in_redirect_as_it_is(tmp_path):
+    def authorize():
+        raise HTTPException(303, "log in first", headers={"Location": "/auth/login?next=x"})
+
+    app = create_app(lambda: Store.from_url(f"file://{tmp_path}"), authorize=authorize)
+    r = TestClient(app).get("/runs/latest", headers={"accept": "text/html"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/auth/login?next=x"

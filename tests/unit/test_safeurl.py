@@ -1,4 +1,4 @@
-"""Issue 27.2: a store URL carrying credentials is never printed (only scheme, host, bucket,
+"""A store URL carrying credentials is never printed (only scheme, host, bucket,
 prefix and the store's non-secret parameters) and is refused on every scheme, in one line that
 does not repeat the secret."""
 
@@ -28,6 +28,12 @@ HOSTILE = [
     f"s3://bucket/p?api_key={SECRET}",
     f"oss://bucket/p?AccessKey={SECRET}",
     f"s3://bucket/p?Pass%77ord={SECRET}",  # percent-encoded name
+    # the secret where a parameter's name stands: a bare fragment, a name-only query, a nested one
+    f"file:///tmp/store#{SECRET}",
+    f"s3://bucket/p#{SECRET}&region=x",
+    f"s3://bucket/p?{SECRET}",
+    f"s3://bucket/p?{SECRET}=1",
+    f"s3://bucket/p?endpoint=http://127.0.0.1:8333/?{SECRET}",
 ]
 
 
@@ -89,9 +95,18 @@ def test_s3_endpoint_with_credentials_is_refused_by_the_same_rule():
 
 def test_engine_messages_and_last_json_use_the_safe_form(tmp_path):
     from dlperf_tasks.engine.errors import NonRetriable
-    from dlperf_tasks.engine.storeaccess import open_store
+    from dlperf_tasks.engine.storeaccess import engine_store
 
     s = Settings(store_url=f"s3://b/p?endpoint=http://K:{SECRET}@127.0.0.1:1", store_source="test")
     with pytest.raises(NonRetriable) as exc:
-        open_store(s)
+        engine_store(s)
     assert SECRET not in str(exc.value) and "127.0.0.1:1" in str(exc.value)
+
+
+def test_an_unsupported_scheme_is_named_only_when_it_is_a_scheme():
+    from dlperf_tasks.core.safeurl import scheme_problem
+
+    assert "'gs://'" in scheme_problem("gs://bucket/p")
+    for url in (f"u:{SECRET}@x://bucket", f"{SECRET}#frag://x"):
+        problem = scheme_problem(url)
+        assert problem and SECRET not in problem and "\n" not in problem

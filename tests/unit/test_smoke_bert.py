@@ -86,7 +86,22 @@ def test_real_trainer_1n2g_through_the_local_runner(tmp_path):
     assert res.exit_codes == {"local0": 0}
     assert res.metric.value > 0 and len(res.samples) == 6
     assert "world_size=2" in log and "backend=gloo" in log
+    assert "threads_per_process=1" in log  # as in the 1-process baseline (below)
     assert res.log_paths == ["logs/smoke/bert/bz4/1n2g/bert_b4_fp32_1.log"]
+
+
+def test_one_process_runs_one_thread_as_each_of_two_processes_does(tmp_path):
+    """Like with like: the 1n1g baseline's process runs as many CPU threads as each process of
+    1n2g (it used to take every core, and on a busy machine ran 5-10x slower per process)."""
+    import subprocess
+
+    from dlperf_tasks.smoke import train_bert
+
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "4"}  # an inherited setting does not change it
+    out = subprocess.run([sys.executable, train_bert.__file__, "--iterations", "1", "--device", "cpu"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "world_size=1" in out.stdout and "threads_per_process=1" in out.stdout, out.stdout
 
 
 @pytest.mark.slow

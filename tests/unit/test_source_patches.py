@@ -1,4 +1,4 @@
-"""Issue 24.3: a suite's source patches are real. Each diff applies, at the lines it names, to the exact
+"""A suite's source patches are real. Each diff applies, at the lines it names, to the exact
 upstream lines it touches at the pinned commit (tests/data/upstream_excerpts/*.json: read from the
 upstream repositories' git mirrors, with the file's sha256 and line count), the applier is idempotent,
 and a checkout that is not the pinned version fails the trial in one line before anything runs."""
@@ -63,7 +63,8 @@ def test_the_suite_diff_applies_to_the_exact_upstream_lines_at_the_pinned_commit
         for start, old, new in hunks:  # each hunk landed where it says, no offset
             assert text[start - 1 + shift: start - 1 + shift + len(new)] == new
             shift += len(new) - len(old)
-        assert text[-1] == f"# dlperf-patch applied: {name}"
+        digest = patches.applier().digest(find_data_file(name, suite.source).read_bytes())
+        assert text[-1] == f"# dlperf-patch applied: {name} sha256:{digest}"
         assert len(text) == recorded[path]["line_count"] + shift + 1
     snapshot = {p: (root / p).read_bytes() for p, _ in parsed}
     again = subprocess.run([sys.executable, str(APPLIER), "--root", str(root), str(find_data_file(name, suite.source)),

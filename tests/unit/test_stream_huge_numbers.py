@@ -37,7 +37,9 @@ def test_a_step_number_too_long_for_int_makes_the_trial_invalid_not_a_crash(tmp_
     res = extract_tree(load_suite(suite_id), dst)
     bad = [t for t in res.trials if t.trial.cell.topology.name == "1n1g"]
     assert bad and not bad[0].valid, bad[0].reason if bad else "no 1n1g trial"
-    if digits == 5000:
+    if digits == 5000 and suite_id == "mxnet-bert":  # longer than a step line may be (MAX_STEP_LINE)
+        assert "not read as a step line" in bad[0].reason and "cap" in bad[0].reason, bad[0].reason
+    elif digits == 5000:
         assert "unreadable value" in bad[0].reason and "digits" in bad[0].reason, bad[0].reason
     base = extract_tree(load_suite(suite_id), FIX / tree)  # the other trials are read as without the change
     others = [(t.trial.id, t.valid, t.reason) for t in res.trials if t.trial.cell.topology.name != "1n1g"]

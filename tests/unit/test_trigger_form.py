@@ -1,10 +1,11 @@
-"""The trigger form of each dlperf DAG (issue 26.6, dlperf_tasks.airflow.form): internal fields
+"""The trigger form of each dlperf DAG (dlperf_tasks.airflow.form): internal fields
 hidden, per-DAG fields only where they apply, adaptive trials a choice, the rarely used fields
 in a collapsed section, and every value the form offers accepted by the conf check."""
 
 import configparser
 import json
 
+import jsonschema
 import pytest
 import yaml
 
@@ -77,3 +78,25 @@ def test_the_ui_theme_keeps_the_trigger_dialogs_error_alert_in_view():
     compose = yaml.safe_load((project_root() / "docker" / "service" / "compose.yaml").read_text())
     assert json.loads(compose["services"]["api-server"]["environment"]["AIRFLOW__API__THEME"]) == json.loads(
         cfg.get("api", "theme"))
+
+
+def test_topologies_take_any_valid_value_and_the_form_says_the_runs_size():
+    """The topology field is a free list checked by its pattern (no examples: Airflow's form
+    would offer only those), and the trials field says how big a run with every default is."""
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.catalog.plan import Overrides, plan
+
+    fields = form.form_fields(["mxnet-bert"])
+    _, topo = fields["topologies"]
+    assert "examples" not in topo
+    for good in (["3n4g"], ["16n8g", "1n2g"]):
+        jsonschema.validate(good, topo)  # not among the suite's topologies, valid all the same
+    for bad in (["8g"], ["0n8g"], ["1n8g; rm -rf /"]):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, topo)
+    p = plan(load_suite("mxnet-bert"), Overrides())
+    gpu_h = sum(t.trial.cell.topology.world_size for t in p.trials) * p.timeout_s / 3600
+    text = fields["trials"][1]["description"]
+    nodes = max(t.trial.cell.topology.nodes for t in p.trials)
+    assert (f"Run size with every default: {len(p.trials)} trial(s), up to {nodes} node(s) per trial, "
+            f"at most {gpu_h:.2f} GPU-hours") in text

@@ -1,4 +1,4 @@
-"""Issue 26.1: a verdict states its basis. A run without history is "not judged (no history)"
+"""A verdict states its basis. A run without history is "not judged (no history)"
 on every surface (results check / show, the results page, the notification, the run note,
 make run's summary), never "no regression" / "N cell(s) checked", and the counts are the same
 everywhere because history/basis.py makes them."""
@@ -14,6 +14,7 @@ from dlperf_tasks.history import check
 from dlperf_tasks.web.access import Viewer
 from dlperf_tasks.history.basis import basis_line, basis_of, summarize
 from dlperf_tasks.history.links import run_note
+from dlperf_tasks.history.regress import RegressConfig
 from dlperf_tasks.history.notify import findings_message
 from dlperf_tasks.web.app import create_app
 from dlperf_tasks.store import Store
@@ -71,7 +72,7 @@ def test_counts_agree_between_the_report_and_its_recorded_form():
     b = rep.basis
     assert b["regression"] >= 1 and b["judged"] + b["not_judged"] == b["cells"] == 8
     assert basis_of(rep.to_dict()) == b
-    legacy = {k: v for k, v in rep.to_dict().items() if k != "basis"}  # recorded before issue 26
+    legacy = {k: v for k, v in rep.to_dict().items() if k != "basis"}  # recorded before verdicts stated their basis
     old = basis_of(legacy)
     assert (old["regression"], old["cells"]) == (b["regression"], b["cells"])
     head = rep.summary_lines()[0]
@@ -113,3 +114,13 @@ def test_make_run_table_and_report_md_flag_noisy_superlinear_and_unsteady():
     assert "superlinear: speedup 2.07 on 2 GPUs" in table
     md = render_markdown({"run": {"suite": "s"}, "cells": cells}, trials=False, full=False)
     assert "## Flags" in md and "noisy: CV 83.34% > 5%" in md and "superlinear" in md
+
+
+def test_not_judged_says_how_many_earlier_runs_there_were(tmp_path, capsys):
+    store = Store.from_url(f"file://{tmp_path / 'store'}")
+    ids = synth.seed_store(store, synth.nightly_results(3), str(tmp_path / "w"))
+    rep = check.check_run(store, ids[-1], RegressConfig(min_history=3), log=None, notify_target="", record=False)
+    line = basis_line(rep.basis)
+    assert "no history: 2 earlier runs, need 3)" in line, line  # never "0", never without the count
+    assert cli_main(["results", "check", ids[-1], "--store", store.url()]) == 0  # the default: 5
+    assert "2 earlier runs, need 5" in capsys.readouterr().out

@@ -1,0 +1,33 @@
+"""A comparable name of the model a flag or a log names (``bert-base``, ``resnet50v1b``): the
+pre-launch guard and the validity gate compare what a command or a log says it trains with the
+cell's model by this one reading."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+#: BERT sizes by layer count (Devlin et al.: base 12 x 768, large 24 x 1024; tiny 2 x 128)
+_BERT_SIZES = {2: "tiny", 4: "mini", 8: "medium", 12: "base", 24: "large"}
+_BERT_NUMBERS = (re.compile(r"bert_(\d+)_(\d+)_(\d+)"), re.compile(r"l-(\d+)_h-(\d+)"))
+
+
+def model_kind(text: Any) -> str | None:
+    """A comparable name of the model ``text`` names (``bert-base``, ``resnet50v1b``), or None
+    where it names none this module can place."""
+    t = str(text or "").strip().strip("'\"").lower()
+    if not t:
+        return None
+    base = t.rsplit("/", 1)[-1]
+    for rx in _BERT_NUMBERS:
+        m = rx.search(t)
+        if m:
+            layers = int(m.group(1))
+            return f"bert-{_BERT_SIZES.get(layers, f'{layers}-layers')}"
+    if "bert" in t or base.endswith(".json"):
+        for size in ("large", "base", "tiny", "mini", "medium"):
+            if re.search(rf"(?<![a-z]){size}(?![a-z])", base):
+                return f"bert-{size}"
+        return None
+    name = re.sub(r"[^a-z0-9]", "", base)
+    return name if re.fullmatch(r"[a-z]+\d+[a-z0-9]*", name) else None
