@@ -20,7 +20,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from tests.fixtures.cluster import ROOT, SCRIPT
+from tests.fixtures.cluster import ROOT, SCRIPT, private_cluster_address
 
 pytestmark = pytest.mark.cluster
 
@@ -196,8 +196,9 @@ def fault_cluster(sim_cluster_factory):
 
 def test_private_cluster_is_separate(sim_cluster, fault_cluster):
     assert fault_cluster.dir != sim_cluster.dir
-    assert fault_cluster.registry == "127.0.0.1:5011"
-    assert [n.host for n in fault_cluster.nodes] == ["127.0.11.1", "127.0.11.2"]
+    name, net, port = private_cluster_address("tc-faults", "127.0.11", 5011)  # this worker's (gw0: as asked)
+    assert (fault_cluster.state["name"], fault_cluster.registry) == (name, f"127.0.0.1:{port}")
+    assert [n.host for n in fault_cluster.nodes] == [f"{net}.1", f"{net}.2"]
     assert fault_cluster.env["DLPERF_REGISTRY_PASSWORD"] != sim_cluster.env["DLPERF_REGISTRY_PASSWORD"]
     assert not fault_cluster.health()
 
