@@ -218,10 +218,11 @@ def test_kill_node_takes_sessions_and_containers_and_revive_restores_it(fault_cl
                                                  "--label", f"dlperf.testcluster={sim_cluster.state['name']}",
                                                  "--label", f"dlperf.run={run_id}", ref, "sleep", "300"]))
         assert rc == 0, err
-        deadline = time.time() + 10
-        while time.time() < deadline and not any("sleep 300" in c for _, c in sim_cluster.processes(node.name)):
+        # the session's shell runs as "bash -c sleep 300" until it execs the command: wait for the command itself
+        deadline = time.time() + 60
+        while time.time() < deadline and not any(c == "sleep 300" for _, c in sim_cluster.processes(node.name)):
             time.sleep(0.1)
-        assert any(c == "sleep 300" for _, c in sim_cluster.processes(node.name))
+        assert any(c == "sleep 300" for _, c in sim_cluster.processes(node.name)), sim_cluster.processes(node.name)
         assert sim_cluster.containers(f"dlperf.run={run_id}")[0]["Labels"]["dlperf.node"] == node.name
 
         proc = tc_cli(sim_cluster, "kill-node", node.name)
@@ -320,8 +321,11 @@ def test_a_leftover_run_container_fails_the_session(sim_cluster, tmp_path):
         "import subprocess\n"
         "def test_leak(sim_cluster):\n"
         "    subprocess.run(['docker', 'run', '-d', '--net=host', '--label', %r, '--label', 'dlperf.node=node1',\n"
-        "                    'dlperf-testcluster/standin:latest', 'sleep', '120'], check=True)\n" % label)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DLPERF_TESTCLUSTER_DIR=str(sim_cluster.dir))
+        "                    '--label', %r, 'dlperf-testcluster/standin:latest', 'sleep', '120'], check=True)\n"
+        % (label, f"dlperf.testcluster={sim_cluster.state['name']}"))
+    # the inner session is no xdist worker: it uses this (the outer worker's) cluster through DLPERF_TESTCLUSTER_DIR
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(PYTHONPATH=str(ROOT), DLPERF_TESTCLUSTER_DIR=str(sim_cluster.dir))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.fixtures.cluster", "-p", "no:cacheprovider",
                            str(tmp_path / "test_leak.py")], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
