@@ -55,8 +55,11 @@ lint: install
 test-unit: install
 	$(BIN)/python -m pytest tests/unit -q -m "not slow" $(PYTEST_ARGS)
 
+# the suite in TEST_WORKERS pytest-xdist workers, a whole file to one worker (its module fixtures
+# run once); each worker that needs the simulated cluster has its own (tests/fixtures/cluster.py)
+TEST_WORKERS ?= 3
 test: install install-smoke test-env lint
-	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 run: install install-smoke
 	@bash scripts/run-embedded.sh

@@ -37,6 +37,7 @@ def site_dirs(extra_dirs: list[str | os.PathLike] | None = None,
             why = "is not a directory"
         if not ok:
             text = str(d)
-            shown = repr(text) if len(text) <= 80 else f"{text[:60]!r}... ({len(text)} characters)"
+            # a long path keeps its start and its end (the directory's own name), bounded either way
+            shown = repr(text) if len(text) <= 80 else f"{text[:30]!r}...{text[-40:]!r} ({len(text)} characters)"
             raise CatalogError(f"catalog directory {shown} (from {ENV_VAR} or --catalog-dir): {why}")
     return dirs

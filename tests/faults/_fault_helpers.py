@@ -2,7 +2,8 @@
 tests/faults/test_security_*.py).
 
 Everything runs for real on a PRIVATE simulated cluster (``fault_sim``: 3 sshd nodes, own
-registry on 127.0.0.1:5077, addresses 127.0.77.*), so the tests may kill nodes, stop the
+registry on 127.0.0.1:5077, addresses 127.0.77.*; under pytest-xdist worker gwN has its own
+``fault-matrix-wN``, see tests/fixtures/cluster.py), so the tests may kill nodes, stop the
 registry or fill disks without disturbing the shared ``sim_cluster``. GPUs are simulated:
 the stand-in trainer replays the frameworks' log formats (docker/standin/README.md).
 """

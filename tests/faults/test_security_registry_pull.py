@@ -150,7 +150,8 @@ def test_sigkill_mid_pull_leaves_no_password_on_the_node(sim_cluster, tmp_path):
 def test_node_cleanup_removes_an_older_builds_registry_config(sim_cluster):
     """Older builds logged in under ``$TMPDIR/dlperf-docker-config.XXXXXXXX`` (config.json with
     the password); a SIGKILL could leave it. Node cleanup (run for every run) removes it."""
-    leftover = Path("/tmp") / f"dlperf-docker-config.t27{secrets.token_hex(4)}"
+    # under /var/tmp (cleanup covers it too): other tests check that /tmp holds no such directory
+    leftover = Path("/var/tmp") / f"dlperf-docker-config.t27{secrets.token_hex(4)}"
     leftover.mkdir(mode=0o700)
     (leftover / "config.json").write_text('{"auths": {"127.0.0.1:5000": {"auth": "cm9ib3Q6cHc="}}}')
     try:

@@ -16,7 +16,8 @@ from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.core.model import Cell, Trial, TrialStatus, Window
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.runtime import HostRuntime
-from dlperf_tasks.remote.trial import TrialWatch, run_trial
+from dlperf_tasks.remote import jobpoll
+from dlperf_tasks.remote.trial import TrialWatch, finish_trial, run_trial, start_trial, watch_then_finish
 from dlperf_tasks.core.topology import Topology
 from tests.fixtures.sshd_nodes import make_nodes, open_pool, stop_nodes
 
@@ -83,15 +84,25 @@ def test_two_node_trial_returns_configured_speed(pool, cluster, tmp_path):
 
 
 def test_hang_is_killed_and_log_kept(pool, cluster, tmp_path):
+    """The stand-in stops after iteration 8. The watcher starts once a probe of the trial's log has seen
+    iteration 8 (an event, however long a loaded machine took to start the ranks): the 3 s after it
+    without a new iteration line are the hang the watchdog must name, kill and keep the log of."""
     suite, _ = suite_with(tmp_path, DLPERF_STANDIN_HANG_AFTER="8")
     suite = dataclasses.replace(suite, hang_timeout_s=3)
     trial = trial_for(suite, "1n2g", 2)
-    t0 = time.monotonic()
-    res = run_trial(cluster[1], ["node2"], trial, suite, "run1", tmp_path / "out", pool=pool, watch=TrialWatch(poll_s=0.2))
-    took = time.monotonic() - t0
-    assert res.status == TrialStatus.HANG, res.reason
-    assert "after iteration" in res.reason
-    assert took < 3 + 10
+    watch, runtime = TrialWatch(poll_s=0.2), HostRuntime()
+    state = start_trial(cluster[1], ["node2"], trial, suite, "run1", pool=pool, runtime=runtime, watch=watch)
+    assert not state["failed"], state["failed"]
+    probe = jobpoll.JobsWatch.from_dict({**state["watch"], "hang_s": 1e9})  # reads the log, never calls a hang
+    deadline = time.monotonic() + suite.timeout_s
+    while probe.max_iteration < 8 and time.monotonic() < deadline:
+        assert jobpoll.poll_once(pool, probe) is None, "the trial ended before its hang"
+        time.sleep(0.2)
+    assert probe.max_iteration == 8, f"iteration {probe.max_iteration} seen in {suite.timeout_s:.0f} s"
+    res = watch_then_finish(pool, state, watch.poll_s, None, None, lambda verdict: finish_trial(
+        cluster[1], state, verdict, suite, tmp_path / "out", pool=pool, runtime=runtime, watch=watch))
+    assert res.status == TrialStatus.HANG, res.reason  # the 3 s hang watchdog, not the 60 s timeout
+    assert "no new iteration line for 3 s (after iteration 8)" in res.reason, res.reason
     from dlperf_tasks import frameworks
 
     log = (tmp_path / "out" / frameworks.get("pytorch_bert").log_relpath(trial, 0)).read_text()

@@ -20,7 +20,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from tests.fixtures.cluster import ROOT, SCRIPT
+from tests.fixtures.cluster import ROOT, SCRIPT, private_cluster_address
 
 pytestmark = pytest.mark.cluster
 
@@ -196,8 +196,9 @@ def fault_cluster(sim_cluster_factory):
 
 def test_private_cluster_is_separate(sim_cluster, fault_cluster):
     assert fault_cluster.dir != sim_cluster.dir
-    assert fault_cluster.registry == "127.0.0.1:5011"
-    assert [n.host for n in fault_cluster.nodes] == ["127.0.11.1", "127.0.11.2"]
+    name, net, port = private_cluster_address("tc-faults", "127.0.11", 5011)  # this worker's (gw0: as asked)
+    assert (fault_cluster.state["name"], fault_cluster.registry) == (name, f"127.0.0.1:{port}")
+    assert [n.host for n in fault_cluster.nodes] == [f"{net}.1", f"{net}.2"]
     assert fault_cluster.env["DLPERF_REGISTRY_PASSWORD"] != sim_cluster.env["DLPERF_REGISTRY_PASSWORD"]
     assert not fault_cluster.health()
 
@@ -214,12 +215,14 @@ def test_kill_node_takes_sessions_and_containers_and_revive_restores_it(fault_cl
         client.exec_command("sleep 300")
         rc, _, err = ssh_run(client, shlex.join(["docker", "run", "-d", "--rm", "--net=host",
                                                  "--label", f"dlperf.node={node.name}",
+                                                 "--label", f"dlperf.testcluster={sim_cluster.state['name']}",
                                                  "--label", f"dlperf.run={run_id}", ref, "sleep", "300"]))
         assert rc == 0, err
-        deadline = time.time() + 10
-        while time.time() < deadline and not any("sleep 300" in c for _, c in sim_cluster.processes(node.name)):
+        # the session's shell runs as "bash -c sleep 300" until it execs the command: wait for the command itself
+        deadline = time.time() + 60
+        while time.time() < deadline and not any(c == "sleep 300" for _, c in sim_cluster.processes(node.name)):
             time.sleep(0.1)
-        assert any(c == "sleep 300" for _, c in sim_cluster.processes(node.name))
+        assert any(c == "sleep 300" for _, c in sim_cluster.processes(node.name)), sim_cluster.processes(node.name)
         assert sim_cluster.containers(f"dlperf.run={run_id}")[0]["Labels"]["dlperf.node"] == node.name
 
         proc = tc_cli(sim_cluster, "kill-node", node.name)
@@ -318,8 +321,11 @@ def test_a_leftover_run_container_fails_the_session(sim_cluster, tmp_path):
         "import subprocess\n"
         "def test_leak(sim_cluster):\n"
         "    subprocess.run(['docker', 'run', '-d', '--net=host', '--label', %r, '--label', 'dlperf.node=node1',\n"
-        "                    'dlperf-testcluster/standin:latest', 'sleep', '120'], check=True)\n" % label)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DLPERF_TESTCLUSTER_DIR=str(sim_cluster.dir))
+        "                    '--label', %r, 'dlperf-testcluster/standin:latest', 'sleep', '120'], check=True)\n"
+        % (label, f"dlperf.testcluster={sim_cluster.state['name']}"))
+    # the inner session is no xdist worker: it uses this (the outer worker's) cluster through DLPERF_TESTCLUSTER_DIR
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(PYTHONPATH=str(ROOT), DLPERF_TESTCLUSTER_DIR=str(sim_cluster.dir))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.fixtures.cluster", "-p", "no:cacheprovider",
                            str(tmp_path / "test_leak.py")], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
