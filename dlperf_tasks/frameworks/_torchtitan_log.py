@@ -5,8 +5,8 @@ INFO - ``) and with or without ANSI colour codes::
 
     step: 14  loss:  3.24405  grad_norm:  0.8319  memory:  9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%
 
-``grad_norm``, ``tflops`` and ``mfu`` are optional (older releases print neither grad_norm nor, on
-a device without a known peak, a number for mfu: ``mfu: N/A``). ``tps`` is tokens per second **per
+``grad_norm`` and ``tflops`` are optional (2025 releases print no grad_norm); ``mfu`` ends every
+record (``mfu: N/A`` on a device without a known peak), so a record cut anywhere before it is seen. ``tps`` is tokens per second **per
 device** (thousands separators allowed); ``memory`` is the caching allocator's max reserved GiB and
 its share of the device.
 
@@ -31,14 +31,16 @@ from dlperf_tasks.core.model import ParsedLog, Sample
 from dlperf_tasks.frameworks._stream import LogStream, parse_with
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: a number with thousands separators only in groups of three ("10,050", never "10,0")
+_GROUPED = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
 _NUM = r"[-+]?(?:\d[\d,]*(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf|-inf)"
 _RECORD = re.compile(
     r"step:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>" + _NUM + r")"
     r"(?:\s+grad_norm:\s*(?P<gn>" + _NUM + r"))?"
     r"\s+memory:\s*(?P<gib>\d+(?:\.\d+)?)GiB\((?P<pct>\d+(?:\.\d+)?)%\)"
-    r"\s+tps:\s*(?P<tps>\d[\d,]*(?:\.\d+)?)"
-    r"(?:\s+tflops:\s*(?P<tflops>\d[\d,]*(?:\.\d+)?))?"
-    r"(?:\s+mfu:\s*(?:(?P<mfu>\d+(?:\.\d+)?)%|(?P<na>N/A)))?\s*$")
+    r"\s+tps:\s*(?P<tps>" + _GROUPED + r")"
+    r"(?:\s+tflops:\s*(?P<tflops>" + _GROUPED + r"))?"
+    r"\s+mfu:\s*(?:(?P<mfu>\d+(?:\.\d+)?)%|(?P<na>N/A))\s*$")
 UNIT = "tokens/s/gpu"
 
 
