@@ -107,7 +107,7 @@ def peak_tflops(gpu: str | None, precision: str, vendor: str | None = "NVIDIA") 
     """(dense peak TFLOP/s, its source) or (None, why not)."""
     key, why = resolve_gpu(gpu, vendor)
     if key is None:
-        return None, why
+        return None, why or "no GPU"
     col = PEAK_KEY.get(precision)
     if col is None:
         return None, f"precision {precision!r} is not one of {', '.join(PEAK_KEY)}"
@@ -157,10 +157,11 @@ def llm_figures(parsed: ParsedLog, framework: str, cell: Mapping, window: Window
         ms = fmean(s.value for s in win)
         out["step_time_ms"] = {"value": ms, "unit": "ms", "how": f"mean of {len(win)} logged steps"}
         missing = [n for n, v in (("global batch", gbs), ("sequence length", seq), ("world size", world)) if not v]
-        out["tokens_per_sec_per_gpu"] = (
-            refused(f"neither the log nor the cell gives the {', '.join(missing)}") if missing else
-            {"value": tokens_per_step / (ms / 1000.0) / world, "unit": "tokens/s/GPU",
-             "how": "global batch x seq / step time / world size"})
+        if missing or not tokens_per_step or not world:
+            out["tokens_per_sec_per_gpu"] = refused(f"neither the log nor the cell gives the {', '.join(missing)}")
+        else:
+            out["tokens_per_sec_per_gpu"] = {"value": tokens_per_step / (ms / 1000.0) / world, "unit": "tokens/s/GPU",
+                                             "how": "global batch x seq / step time / world size"}
     _flops(out, parsed, framework, cell, steps)
     _memory_energy(out, parsed, steps, tokens_per_step, world, cell)
     return out
@@ -171,7 +172,7 @@ def _flops(out: dict, parsed: ParsedLog, framework: str, cell: Mapping, steps: l
     model, seq = cell.get("model"), cell.get("seq_length")
     if tps is None:
         out["tflops_per_gpu"] = refused("no tokens/s per GPU: " + out["tokens_per_sec_per_gpu"]["reason"])
-    elif model not in model_table() or not seq:
+    elif not isinstance(model, str) or model not in model_table() or not seq:
         out["tflops_per_gpu"] = refused(f"model {model!r} has no shape in measure/data/llm_models.json"
                                         if model not in model_table() else "the cell gives no sequence length")
     else:
