@@ -170,3 +170,45 @@ def test_parsers_linear_time_and_bounded():
     t2 = time.process_time()
     assert len(p.samples) == 20000
     assert (t2 - t1) < 25 * max(t1 - t0, 1e-3)  # 10x the input: about 10x the time, never quadratic
+
+
+def test_lognames_llm_precisions_any_model_word_and_layout_case():
+    from types import SimpleNamespace
+
+    from dlperf_tasks.core.model import ParallelLayout, Window
+    from dlperf_tasks.core.topology import Topology
+    from dlperf_tasks.measure import lognames
+
+    topo = Topology(1, 8)
+    fsdp = ParallelLayout(group="fsdp", case="fsdp_8", dp=8, mp=1, pp=1, micro_batch=2, global_batch=16,
+                          hidden_size=4096, num_heads=32, num_layers=32, seq_length=8192)
+    suite = SimpleNamespace(id="llama31-8b-torchtitan", framework="torchtitan_llama", model="llama3.1-8b",
+                            layouts=[(topo, fsdp)])
+    files = [f"fsdp_8/1n8g/llama31_b2_{p}_1.log" for p in ("bf16", "fp8", "mxfp8", "nvfp4", "fp32", "amp")]
+    files += ["1n8g/llama31_b2_bf16_2.log", "tp_2/1n8g/llama31_b2_bf16_3.log"]
+    trials, skipped, seen = lognames.discover(files, suite, Window(warmup=10, measure=20))
+    precisions = sorted(t.trial.cell.precision for t in trials)
+    assert precisions == ["amp", "bf16", "fp32", "fp8", "mxfp8", "nvfp4"]
+    assert all(t.trial.cell.layout is fsdp for t in trials)
+    assert seen == 8 and len(skipped) == 2
+    assert all("naming one of its layout cases for 1n8g (fsdp_8)" in why
+               for _, why in skipped)
+
+
+def test_tokens_per_gpu_from_megatron_log_and_cell():
+    from dlperf_tasks.core.model import Cell, ParallelLayout
+    from dlperf_tasks.core.topology import Topology
+    from dlperf_tasks.frameworks import _llm_logs
+
+    lay = ParallelLayout(group="DP", case="DP_8x1x1_32_4096x32", dp=8, mp=1, pp=1, micro_batch=4, global_batch=32,
+                         hidden_size=4096, num_heads=32, num_layers=32, seq_length=8192)
+    cell = Cell("llama", "megatron_bridge", "llama3-8b", "bf16", 4, Topology(1, 8), layout=lay)
+    p = megatron.parse_lines(_read("megatron_2026_cloudai.log"))
+    got = _llm_logs.tokens_per_gpu_samples(p, cell)
+    assert got[292] == pytest.approx(32 * 8192 / 3.0757 / 8)
+    t = titan.parse_lines(_read("torchtitan_pr3393.log"))
+    assert _llm_logs.tokens_per_gpu_samples(t, Cell("t", "torchtitan_llama", "m", "bf16", 2, Topology(1, 8)))[14] == 7282
+    n = nemo2.parse_lines(_read("nemo2_tokens.log"))
+    with pytest.raises(ValueError, match="sequence length"):
+        _llm_logs.tokens_per_gpu_samples(n, Cell("n", "nemo2", "m", "bf16", 1, Topology(1, 8)))
+    assert _llm_logs.stream_class("nemo2") is nemo2.Nemo2Stream
