@@ -156,3 +156,14 @@ def test_reference_band_matches_exactly_and_borrows_none():
     none = llm_checks.reference_band(other, figures)
     assert none["reference"] is None and "none borrowed" in none["reason"]
     assert llm_checks.reference_band(dict(cell, world_size=16), figures)["reference"] is None
+
+
+def test_torchtitan_reference_shows_its_own_window():
+    cell = {"framework": "torchtitan", "model": "llama3.1-8b", "precision": "bf16", "gpu": "H100-96GB",
+            "world_size": 8, "layout": {"global_batch": 16, "micro_batch": 2, "fsdp": 8, "compile": True,
+                                        "float8": False}}
+    band = llm_checks.reference_band(cell, {"tokens_per_sec_per_gpu": {"value": 6400.0}})
+    assert band["reference_window"] == "TPS logged every 10 steps, read at step 90"
+    assert band["figures"]["tokens_per_sec_per_gpu"]["ratio"] == pytest.approx(6400 / 6667, abs=1e-4)
+    assert band["figures"]["tokens_per_sec_per_gpu"]["inside"] is False  # 4 % below: outside +-2.5 %
+    assert "torchtitan@b5bcd76c66d0acb1a08b176d9639425bc55e0b2a:benchmarks/" in band["source"]

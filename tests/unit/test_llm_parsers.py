@@ -148,12 +148,17 @@ def test_nccl_tests_transport_avg_and_broken_row():
 
 
 def test_nccl_tests_json_rows_and_malformed():
-    doc = {"results": [{"size": 1048576, "type": "float", "out_of_place": {"time": 27.76, "algBw": 37.78,
-                                                                           "busBw": 66.11}},
-                       {"size": 2097152, "algbw": 51.58, "busbw": 90.27, "time": 40.66}]}
+    # the -J layout of nccl-tests@a0b82b2 src/util.cu (JSON file version 3); the figures are the genuine rows above
+    doc = {"version": 3, "config": {"ngpus": 8}, "results": [
+        {"size": 1048576, "count": 262144, "type": "float", "redop": "sum", "root": "-1",
+         "out_of_place": {"time": 27.76, "alg_bw": 37.78, "bus_bw": 66.11, "nwrong": 0},
+         "in_place": {"time": 27.49, "alg_bw": 38.15, "bus_bw": 66.76, "nwrong": 0}},
+        {"size": 2097152, "count": 524288, "type": "float", "redop": "sum", "root": "-1", "out_of_place": None,
+         "in_place": {"cpu_time": 40.36, "alg_bw": 51.97, "bus_bw": 90.94, "nwrong": None}}]}
     r = nccl.parse_json(json.dumps(doc))
-    assert [x.busbw_gbs for x in r.rows] == [66.11, 90.27] and r.errors == []
-    bad = nccl.parse_json('{"results": [{"size": 1024, "busbw": "fast"}]}')
+    assert [x.busbw_gbs for x in r.rows] == [66.11, 90.94] and r.errors == []
+    assert r.rows[0].in_place_busbw_gbs == 66.76 and r.rows[1].time_us == 40.36
+    bad = nccl.parse_json('{"results": [{"size": 1024, "out_of_place": {"bus_bw": "fast"}}]}')
     assert bad.rows == [] and "row 0" in bad.errors[0]
     assert "does not parse" in nccl.parse_json("{not json").errors[0]
 
