@@ -66,6 +66,15 @@ def test_torchtitan_broken_records_refused_never_half_read(text, words):
     assert p.facts.errors and words in p.facts.errors[0] and "line 1" in p.facts.errors[0]
 
 
+def test_torchtitan_validation_records_are_not_steps():
+    lines = ["[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - step: 5  loss:  3.24405  grad_norm:  0.8319  "
+             "memory:  9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%\n",
+             "[rank0]:[titan] 2026-05-18 16:04:47,000 - root - INFO - \x1b[33mvalidate step:  5  \x1b[32mloss:  3.1000  "
+             "\x1b[36mmemory:  9.46GiB(64.99%)  \x1b[34mtps: 21,000\x1b[39m\n"]
+    p = titan.parse_lines(lines)
+    assert [(s.iteration, s.value) for s in p.samples] == [(5, 7282.0)] and p.facts.errors == []
+
+
 def test_torchtitan_nan_loss_and_grad_norm_are_facts():
     p = titan.parse_lines(["step: 7  loss:     nan  grad_norm:     inf  memory: 1.00GiB(1.00%)  tps: 100  tflops: 0.01  mfu: 0.00%\n"])
     assert p.facts.nonfinite_losses and p.extra["nonfinite_grad_norms"] == [7]
