@@ -222,7 +222,7 @@ def _mfu(out: dict, parsed: ParsedLog, cell: Mapping, steps: list[int]) -> None:
 
 def _memory_energy(out: dict, parsed: ParsedLog, steps: list[int], tokens_per_step, world, cell: Mapping) -> None:
     mem = [s.memory_mib for s in parsed.samples if s.memory_mib is not None]
-    reserved = (parsed.extra.get("memory_mb") or {}).get("max_reserved")
+    reserved = (parsed.extra.get("memory_mb") or {}).get("max_reserved") or parsed.extra.get("memory_mib")
     if mem or reserved:
         out["peak_memory_mib"] = {"value": max(mem) if mem else reserved, "unit": "MiB",
                                   "how": "allocator max reserved as the log prints it"}

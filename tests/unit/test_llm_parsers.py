@@ -226,3 +226,13 @@ def test_tokens_per_gpu_from_megatron_log_and_cell():
     with pytest.raises(ValueError, match="sequence length"):
         _llm_logs.tokens_per_gpu_samples(n, Cell("n", "nemo2", "m", "bf16", 1, Topology(1, 8)))
     assert _llm_logs.stream_class("nemo2") is nemo2.Nemo2Stream
+
+
+def test_megatron_bridge_memory_report_in_gb():
+    # the spelling of Megatron-Bridge@067f987 training/utils/train_utils.py (values made up)
+    line = ("[Rank 0] (after 10 iterations) memory (GB) | current_allocated_mem: 20.5 | peak_allocated_mem: 50.25 | "
+            "peak_reserved_mem: 61.2 | alloc_retries: 0\n")
+    p = megatron.parse_lines([line, "[Rank 0] (after 20 iterations) memory (GB) | peak_reserved_mem: lots\n"])
+    assert p.extra["memory_gb"]["peak_reserved_mem"] == 61.2
+    assert p.extra["memory_mib"] == pytest.approx(61.2e9 / 2**20, abs=0.01)
+    assert "memory field 'peak_reserved_mem' is 'lots'" in p.facts.errors[0]
