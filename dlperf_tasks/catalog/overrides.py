@@ -20,7 +20,7 @@ MAX_ITERS = 10_000_000  # warm-up or measured steps of one trial
 MAX_LIST_ITEMS = 4096  # items of one comma-separated override
 _MAXIMA = {"trials": MAX_TRIALS_PER_CELL, "warmup_iters": MAX_ITERS, "measure_iters": MAX_ITERS,
            "batch_sizes": MAX_BATCH_SIZE}
-PRECISIONS = ("fp32", "amp")
+PRECISIONS = ("fp32", "amp", "bf16", "fp8")
 _PRECISION_ALIASES = {"fp32": "fp32", "amp": "amp", "fp16": "amp"}
 _XLA_WORDS = {"on": (True,), "off": (False,), "both": (False, True), "true": (True,), "false": (False,)}
 

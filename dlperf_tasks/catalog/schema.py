@@ -64,6 +64,9 @@ SUITE_SCHEMA: dict = {
                 "cap_add": _STR_LIST,
                 "mounts": _STR_LIST,
                 "sshd_port": {"type": ["integer", "null"], "minimum": 1, "maximum": 65535},
+                "digest": _STR,       # sha256:<64 hex>; set once by the operator where upstream publishes only tags
+                "min_driver": _STR,   # minimum NVIDIA driver the image needs, e.g. "570.124"
+                "versions": {"type": "object", "additionalProperties": _STR},  # cuda / nccl / pytorch / ...
             },
         },
         "upstream": {

@@ -35,8 +35,10 @@ def register(subparsers) -> None:
     show.add_argument("--format", choices=["yaml", "json"], default="yaml", help="output format (default: yaml)")
     show.set_defaults(func=_show)
     check = sub.add_parser("check", help="validate suite files and report every problem",
-                           description="Validate suite YAML files; exit 0 when all are valid, 2 otherwise.")
-    check.add_argument("files", nargs="+", help="suite .yaml files")
+                           description="Validate suite YAML files (none given: every suite of the catalog) and "
+                                       "list the container images without a pinned digest; exit 0 when all "
+                                       "are valid, 2 otherwise.")
+    check.add_argument("files", nargs="*", help="suite .yaml files (default: the whole catalog)")
     check.set_defaults(func=_check)
 
 
@@ -113,13 +115,28 @@ def _check(args) -> int:
     from dlperf_tasks.catalog.site import site_warnings
 
     bad = 0
-    for f in args.files:
+    files = list(args.files)
+    if not files:
+        from dlperf_tasks.catalog import list_suites
+
+        errors: list = []
+        files = [s.source for s in list_suites(extra_dirs=args.catalog_dir, errors=errors)]
+        for e in errors:
+            bad += 1
+            print(str(e), file=sys.stderr)
+    unpinned = []
+    for f in files:
         try:
             s = load_file(f)
             print(f"{f}: ok ({s.id}, framework {s.framework})")
             for line in site_warnings(s):  # privileged, devices, capabilities, a replaced built-in
                 print(f"warning: {line}", file=sys.stderr)
+            if s.container is not None and not s.container.digest:
+                unpinned.append(f"{s.id}: image {s.container.image} has no digest (set container.digest: "
+                                f"sha256:... once; see docs/catalog.md)")
         except CatalogError as exc:
             bad += 1
             print(str(exc), file=sys.stderr)
+    for line in unpinned:
+        print(f"no digest: {line}")
     return 2 if bad else 0

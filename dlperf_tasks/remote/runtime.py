@@ -95,7 +95,10 @@ class DockerRuntime(HostRuntime):
                  sshd_command: list[str] | None = None, ssh_port: int | None = None):
         self.spec = spec
         self.ssh_port = int(ssh_port or spec.sshd_port or 22)
-        self.image = image or spec.image
+        # the catalog's pinned digest: pulled by digest, and checked on every node (an explicit
+        # image override, e.g. a site mirror, is pulled as given but still checked)
+        self.pinned_digest = spec.digest
+        self.image = image or spec.pull_ref
         self.registry = registry
         self.sshd_command = sshd_command
         self._mpi_key: tuple[str, str] | None = None
@@ -116,6 +119,7 @@ class DockerRuntime(HostRuntime):
                 facts.pulled = True
                 res = pool.run(node, image_inspect_command(self.image), timeout=60, check=True)
             facts.image_digest = parse_digest(res.stdout, self.image)
+            self.check_pinned(node, facts.image_digest)
             return
         password = reg.resolve_password()
         if not password:
@@ -125,6 +129,16 @@ class DockerRuntime(HostRuntime):
         facts.pulled, line = engine.registry_pull(pool, node, self.image, server=reg.server,
                                                   username=reg.resolve_username(), password=password)
         facts.image_digest = parse_digest(line, self.image)
+        self.check_pinned(node, facts.image_digest)
+
+    def check_pinned(self, node: str, seen: str | None) -> None:
+        """Refuse the trial when the node's image is not the digest the catalog pins."""
+        if not self.pinned_digest:
+            return
+        got = (seen or "").rpartition("@")[2]
+        if got != self.pinned_digest:
+            raise RemoteError(f"node {node}: image {self.image} has digest {got or '(none)'}, the catalog pins "
+                              f"{self.pinned_digest}: trial refused (a retagged or rebuilt image)", node=node)
 
     def probe_flags(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:
         """Start a throwaway container per optional suite flag (ulimits, caps, devices, privileged); a flag the
