@@ -140,7 +140,8 @@ SUITE_SCHEMA: dict = {
                     "micro_batch", "global_batch", "hidden_size", "num_heads", "num_layers",
                 ],
                 "properties": {
-                    "group": {"enum": ["DP", "MP", "2D", "PP"]},
+                    # seed 002's DP | MP | 2D | PP, or an LLM suite's own (fsdp, compile, tp2, cp2, ...)
+                    "group": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_+-]*$"},
                     "case": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.x-]*$"},
                     "nodes": {"type": "integer"},
                     "gpus": {"type": "integer"},
@@ -155,6 +156,8 @@ SUITE_SCHEMA: dict = {
                     "num_heads": {"type": "integer"},
                     "num_layers": {"type": "integer"},
                     "seq_length": {"type": "integer"},
+                    "cp": {"type": "integer"},  # context-parallel size
+                    "vp": {"type": "integer"},  # virtual pipeline stages per rank
                 },
             },
         },

@@ -74,7 +74,8 @@ def _check_layouts(data: dict, problems: Problems) -> list[tuple[Topology, Paral
         n, g, dp, mp, pp = lay["nodes"], lay["gpus"], lay["dp"], lay["mp"], lay["pp"]
         cp, vp = lay.get("cp", 1), lay.get("vp", 1)
         if dp * mp * pp * cp != n * g:
-            problems.add(path, f"dp*mp*pp*cp = {dp * mp * pp * cp} != nodes*gpus = {n * g}", label)
+            what = "dp*mp*pp" if cp == 1 else "dp*mp*pp*cp"
+            problems.add(path, f"{what} = {dp * mp * pp * cp} != nodes*gpus = {n * g}", label)
         if lay["num_layers"] % (pp * vp):
             problems.add(path, f"pp*vp = {pp * vp} does not divide num_layers = {lay['num_layers']}", label)
         if lay["num_layers"] % pp:

@@ -43,6 +43,14 @@ class LlmFramework(Framework):
     #: the upstream log format's name, for the error while no parser is wired
     log_format = ""
 
+    def log_relpath(self, trial: Trial, node_rank: int = 0) -> str:
+        """``logs/<framework>/<model>/<layout case>/<NnGg>/<prefix>_b<B>_<precision>_<trial>[.node<k>].log``."""
+        c = trial.cell
+        case = c.layout.case if c.layout is not None else "default"
+        base = (f"logs/{self.log_framework}/{self.log_model}/{case}/{c.topology.name}/"
+                f"{self.log_prefix}_b{c.batch_size_per_device}_{c.precision_tag}_{trial.index}")
+        return base + (".log" if node_rank == 0 else f".node{node_rank}.log")
+
     def parse(self, lines: Iterable[str]) -> ParsedLog:
         parsed = ParsedLog()
         for raw in lines:
