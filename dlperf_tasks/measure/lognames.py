@@ -5,6 +5,8 @@ DLPerf layout (seeds 000, 001, 003, 004)::
     <N>n<G>g/<prefix>_b<B>_<fp32|fp16|amp>[_xla]_<trial>.log          node 0 (DLPerf's own name)
     <N>n<G>g/<prefix>_b<B>_<prec>[_xla]_<trial>.node<k>.log           node k of the same trial
     <N>n<G>g/<prefix>_b<B>_<prec>_ga<A>_<trial>.log                   a cell with gradient accumulation A (pytorch-bert)
+    <case>/<N>n<G>g/<prefix>_b<B>_<bf16|fp8|mxfp8|nvfp4|...>_<trial>.log   LLM suites: any model word as prefix,
+                                                                          the layout case from the directory
 
 Megatron (seed 002), every name seed 002 publishes; the last number is the node (rank) index::
 
@@ -36,7 +38,7 @@ from dlperf_tasks.core.topology import Topology
 
 TOPO_DIR_RE = re.compile(r"(?P<nodes>[1-9]\d{0,3})n(?P<gpus>[1-9]\d{0,3})g\Z")
 TRIAL_FILE_RE = re.compile(
-    r"(?P<prefix>.+?)_b(?P<bz>[1-9]\d{0,6})_(?P<prec>fp32|fp16|amp)(?P<xla>_xla)?(?:_ga(?P<ga>[1-9]\d{0,5}))?"
+    r"(?P<prefix>.+?)_b(?P<bz>[1-9]\d{0,6})_(?P<prec>fp32|fp16|amp|bf16|fp8|mxfp8|nvfp4)(?P<xla>_xla)?(?:_ga(?P<ga>[1-9]\d{0,5}))?"
     r"_(?P<trial>[1-9]\d{0,6})"
     r"(?:\.node(?P<node>\d{1,4}))?\.log\Z")
 _CASE = r"(?:DP|MP|2D|PP|DP_PP|MP_PP|2D_PP)_\d+x\d+x\d+_\d+_\d+x\d+"
@@ -77,7 +79,22 @@ def topology_from_path(rel: str) -> Topology | None:
 
 
 def _precision(tag: str) -> str:
-    return "amp" if tag in ("fp16", "amp") else "fp32"
+    """The cell's precision of a file name's tag: fp16 and amp are one (AMP); the LLM tags
+    (bf16, fp8, mxfp8, nvfp4) are their own."""
+    return "amp" if tag in ("fp16", "amp") else tag
+
+
+def case_layout(suite, topo: Topology, rel: str) -> tuple[ParallelLayout | None, str]:
+    """The suite's layout for a DLPerf-named log of a suite with layouts (the LLM suites:
+    ``<case>/<N>n<G>g/<prefix>_b<B>_<prec>_<trial>.log``): the directory above that names one of the
+    suite's cases for this topology, else (None, why)."""
+    cases = {lay.case: lay for t, lay in (getattr(suite, "layouts", ()) or ()) if t == topo}
+    for part in reversed(rel.split("/")[:-1]):
+        if part in cases:
+            return cases[part], ""
+    known = ", ".join(sorted(cases)) or "none"
+    return None, (f"DLPerf-style log, but suite {suite.id} reads Megatron logs (..._pretrain_<k>.log) or a "
+                  f"DLPerf-style log under a directory naming one of its layout cases for {topo.name} ({known})")
 
 
 def _layout_group(dp: int, mp: int, pp: int) -> str:
@@ -155,11 +172,16 @@ def _place(rel: str, suite, window: Window, megatron: bool, batch_size_per_devic
     m = TRIAL_FILE_RE.match(name)
     mm = MEGATRON_FILE_RE.match(name)
     if m and not mm:
-        if megatron:
-            return None, None, 0, f"DLPerf-style log, but suite {suite.id} reads Megatron logs (..._pretrain_<k>.log)"
         topo = topology_from_path(rel)
         if topo is None:
             return None, None, 0, "no <N>n<G>g directory above it"
+        layout = None
+        if megatron:
+            if not getattr(suite, "layouts", None):
+                return None, None, 0, f"DLPerf-style log, but suite {suite.id} reads Megatron logs (..._pretrain_<k>.log)"
+            layout, why = case_layout(suite, topo, rel)
+            if layout is None:
+                return None, None, 0, why
         bz = int(m["bz"])
         if batch_size_per_device is not None and bz != batch_size_per_device:
             return None, None, 0, f"batch size {bz} != --batch-size-per-device {batch_size_per_device}"
@@ -168,7 +190,7 @@ def _place(rel: str, suite, window: Window, megatron: bool, batch_size_per_devic
         prefixes.setdefault(m["prefix"], rel)
         cell = Cell(suite=suite.id, framework=suite.framework, model=suite.model, precision=_precision(m["prec"]),
                     batch_size_per_device=bz, topology=topo, xla=bool(m["xla"]), window=window,
-                    accumulation=int(m["ga"]) if m["ga"] else None)
+                    accumulation=int(m["ga"]) if m["ga"] else None, layout=layout)
         trial = Trial(cell, int(m["trial"]))
         node = int(m["node"]) if m["node"] else 0
         return (parent, m["prefix"], cell, trial.index), trial, node, ""
