@@ -1,15 +1,16 @@
 """What the LLM pretraining frameworks (Megatron-Bridge, torchtitan) share: one ``torchrun`` per
 node, the cell's layout as parallel sizes, tokens/s per GPU as the trial metric.
 
-The log parsers of the upstream formats live in their own modules; until one is wired to a
-framework, its ``parse`` returns no samples and one error naming the format, so a trial is
-refused by the validity gate instead of measured wrongly.
+The log parsers of the upstream formats live in their own modules (``_torchtitan_log``,
+``_megatron_llm_log``); each framework names its ``Stream``. The trial metric here is tokens/s per
+GPU over the window; the full figures (TFLOP/s in both conventions, MFU, run checks, reference
+band) are added by ``measure/llm_result.py`` from ``llm_name``.
 """
 
 from __future__ import annotations
 
 import statistics
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
 from dlperf_tasks.frameworks.base import Framework
@@ -40,9 +41,6 @@ class LlmFramework(Framework):
 
     metric_kind = MetricKind.THROUGHPUT
     launch_mode = "per_node"
-    #: the upstream log format's name, for the error while no parser is wired
-    log_format = ""
-
     def log_relpath(self, trial: Trial, node_rank: int = 0) -> str:
         """``logs/<framework>/<model>/<layout case>/<NnGg>/<prefix>_b<B>_<precision>_<trial>[.node<k>].log``."""
         c = trial.cell
@@ -51,17 +49,21 @@ class LlmFramework(Framework):
                 f"{self.log_prefix}_b{c.batch_size_per_device}_{c.precision_tag}_{trial.index}")
         return base + (".log" if node_rank == 0 else f".node{node_rank}.log")
 
-    def parse(self, lines: Iterable[str]) -> ParsedLog:
-        parsed = ParsedLog()
-        for raw in lines:
-            parsed.facts.lines += str(raw).count("\n") + 1
-        parsed.facts.errors.append(f"no parser wired for the {self.log_format} log format ({self.name})")
-        return parsed
-
-    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
+    def window_values(self, parsed: ParsedLog, window: Window) -> list[float]:
+        """The logged values of the steps ``warmup < step <= warmup + measure`` (two at least)."""
         by_it = {s.iteration: s.value for s in parsed.samples}
         values = [by_it[i] for i in range(window.warmup + 1, window.total + 1) if i in by_it]
-        if not values:
-            raise ValueError(f"no tokens/s samples in steps {window.warmup + 1}..{window.total}")
-        mean = statistics.fmean(values)
-        return TrialMetric(value=mean, kind=MetricKind.THROUGHPUT, throughput=mean)
+        if len(values) < 2:
+            raise ValueError(f"{len(values)} logged step(s) in steps {window.warmup + 1}..{window.total}: no steady figure")
+        return values
+
+    def tokens_per_gpu(self, values: list[float], cell: Cell) -> float:
+        """Tokens/s per GPU from the window's values (the framework's unit)."""
+        return statistics.fmean(values)
+
+    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
+        value = self.tokens_per_gpu(self.window_values(parsed, window), cell)
+        mem = max((s.memory_mib for s in parsed.samples if getattr(s, "memory_mib", None)), default=None)
+        return TrialMetric(value=value, kind=MetricKind.THROUGHPUT, throughput=value, memory_mib=mem,
+                           memory_source="max reserved, caching allocator (log)" if mem else None,
+                           details={"unit": "tokens/s/GPU"})

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from dlperf_tasks.core.model import Trial
+import statistics
+
+from dlperf_tasks.core.model import Cell, Trial
+from dlperf_tasks.frameworks._megatron_llm_log import MegatronLlmStream
 from dlperf_tasks.frameworks._llm import LlmFramework, node_env, torchrun_prefix
 from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
@@ -30,7 +33,15 @@ class MegatronBridge(LlmFramework):
     log_framework = "megatron_bridge"
     log_model = "llama"
     log_prefix = "megatron_bridge"
-    log_format = "Megatron-Bridge iteration"
+    llm_name = "megatron_bridge"
+    Stream = MegatronLlmStream  # samples: elapsed time per iteration, ms
+
+    def tokens_per_gpu(self, values: list[float], cell: Cell) -> float:
+        """Global batch x sequence / mean step time / world size."""
+        lay = cell.layout
+        if lay is None:
+            raise ValueError(f"cell {cell.id} has no layout: no global batch and sequence length")
+        return lay.global_batch * lay.seq_length / (statistics.fmean(values) / 1000.0) / cell.topology.world_size
 
     def metrics_nodes(self, cell) -> list[int]:
         return [cell.topology.nodes - 1]  # Megatron prints the iteration lines on the last rank

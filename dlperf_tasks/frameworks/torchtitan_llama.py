@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from dlperf_tasks.core.model import Trial
+from dlperf_tasks.frameworks._torchtitan_log import TorchtitanStream
 from dlperf_tasks.frameworks._llm import LlmFramework, node_env, torchrun_prefix
 from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
@@ -32,7 +33,8 @@ class TorchtitanLlama(LlmFramework):
     log_framework = "torchtitan"
     log_model = "llama3"
     log_prefix = "torchtitan"
-    log_format = "torchtitan step"
+    llm_name = "torchtitan"
+    Stream = TorchtitanStream  # samples: tps, tokens/s per device
 
     def launch(self, trial: Trial, node_rank: int, nodes: list[NodeSpec], settings: Mapping) -> LaunchSpec:
         cell, lay = trial.cell, trial.cell.layout

@@ -3,6 +3,9 @@ against the pinned entry points' flags, the interconnect probe's verdict."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import yaml
 
@@ -11,10 +14,14 @@ from dlperf_tasks.catalog.model import ContainerSpec
 from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.cli import main
 from dlperf_tasks.core.errors import CatalogError, RemoteError
+from dlperf_tasks.core.model import TrialStatus
 from dlperf_tasks.frameworks import get, preflight
 from dlperf_tasks.frameworks.argcheck import ENTRY_POINTS
 from dlperf_tasks.frameworks.launchspec import NodeSpec
-from dlperf_tasks.measure.interconnect import bus_bandwidth, judge, nccl_transport
+from dlperf_tasks.frameworks._nccl_tests_log import parse_text
+from dlperf_tasks.frameworks.megatron_bridge import SCRIPT as SCRIPT_MB
+from dlperf_tasks.measure.interconnect import bus_bandwidth, judge
+from dlperf_tasks.measure.validity import gate
 from dlperf_tasks.remote.runtime import DockerRuntime
 
 LLM_SUITES = ("llama31-8b-megatron-bridge", "llama31-70b-megatron-bridge", "llama31-8b-torchtitan")
@@ -114,24 +121,84 @@ def test_bus_bandwidth_is_algbw_times_2_n_minus_1_over_n():
         bus_bandwidth(1.0, 0)
 
 
-# NCCL INFO lines in NCCL's own wording (channel and transport lines as NCCL 2.x prints them)
-IB_LINES = ["node1:123:456 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:10.0.0.1<0>",
-            "node1:123:456 [0] NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0",
-            "node1:123:456 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC"]
-SOCKET_LINES = ["node1:123:456 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>",
-                "node1:123:456 [0] NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/Socket/0"]
+def _table(algbw_big: float, via: str) -> str:
+    """An all_reduce_perf text table in nccl-tests' layout with one NCCL INFO transport line."""
+    return (f"node1:123:456 [0] NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via {via}/0\n"
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+            "     8388608       2097152     float     sum      -1   419.43   20.00   37.50      0   419.43   20.00   37.50      0\n"
+            f"  1073741824     268435456     float     sum      -1  5368.71  {algbw_big:6.2f}  {algbw_big * 1.875:6.2f}      0"
+            f"  5368.71  {algbw_big:6.2f}  {algbw_big * 1.875:6.2f}      0\n"
+            "# Avg bus bandwidth    : 206.25\n")
 
 
 def test_probe_flags_socket_fallback_and_low_bus_bandwidth():
-    assert nccl_transport(IB_LINES) == "IB"
-    assert nccl_transport(SOCKET_LINES) == "Socket"
-    assert nccl_transport(["no nccl here"]) is None
-    rows = [(8 << 20, 20.0), (1 << 30, 200.0)]  # 200 GB/s algbw at 1 GiB over 16 ranks: 375 GB/s busbw
-    good = judge(16, rows, "IB", expected_busbw_gbs=400.0, min_fraction=0.8)
+    ib = parse_text(_table(200.0, "NET/IB"))
+    good = judge(ib, 16, expected_busbw_gbs=400.0, min_fraction=0.8)  # 200 GB/s algbw over 16 ranks: 375 busbw
     assert good.flags == [] and good.busbw_gbs == pytest.approx(375.0)
-    slow = judge(16, rows, "IB", expected_busbw_gbs=500.0, min_fraction=0.8)
+    slow = judge(ib, 16, expected_busbw_gbs=500.0, min_fraction=0.8)
     assert len(slow.flags) == 1 and "375.0 GB/s is below 80% of the expected 500.0" in slow.flags[0]
-    sock = judge(16, rows, "Socket", expected_busbw_gbs=None)
+    sock = judge(parse_text(_table(200.0, "NET/Socket")), 16, expected_busbw_gbs=None)
     assert len(sock.flags) == 1 and "sockets" in sock.flags[0]
-    assert judge(16, [], "IB", expected_busbw_gbs=400.0).flags
+    assert judge(parse_text("# nothing ran\n"), 16, expected_busbw_gbs=400.0).flags
     assert sock.to_dict()["sizes"][1]["busbw_gbs"] == pytest.approx(375.0)
+    with pytest.raises(ValueError):
+        judge(ib, 16, expected_busbw_gbs=1.0, min_fraction=0)
+
+STANDIN_DIST = BUILTIN_DIR.parents[2] / "docker/standin/rootfs/usr/lib/python3/dist-packages"
+STANDIN_ROOT = STANDIN_DIST.parents[3]
+
+
+def _standin(script: str, args: list[str], rank: int, world: int, **env) -> subprocess.CompletedProcess:
+    e = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(STANDIN_DIST), "DLPERF_STANDIN_TIME_SCALE": "0",
+         "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": "8", **env}
+    return subprocess.run([sys.executable, str(STANDIN_ROOT / script), *args], capture_output=True, text=True,
+                          timeout=60, env=e)
+
+
+@pytest.mark.parametrize("suite_id,script,rank", [
+    ("llama31-8b-torchtitan", "workspace/torchtitan/torchtitan/train.py", 0),
+    ("llama31-8b-megatron-bridge", "opt/Megatron-Bridge/scripts/performance/run_script.py", 7)])
+def test_the_standin_runs_the_built_command_and_its_log_gives_the_llm_figures(suite_id, script, rank):
+    """The command launch() builds runs on the stand-in unchanged; what it prints parses with the
+    upstream format's parser and the gate puts tokens/s/GPU, TFLOP/s and the run checks in the metric."""
+    suite = load_suite(suite_id)
+    t = next(t.trial for t in plan(suite, {"trials": 1, "warmup_iters": 3, "measure_iters": 6}).trials
+             if t.trial.cell.topology.name == "1n8g" and t.trial.cell.precision == "bf16")
+    fw = get(suite.framework)
+    argv = fw.launch(t, 0, _nodes(1), suite.launcher).argv
+    args = argv[argv.index("torchtitan.train") + 1:] if "torchtitan.train" in argv else argv[argv.index(SCRIPT_MB) + 1:]
+    res = _standin(script, args, rank, 8, DLPERF_STANDIN_TPS_PER_GPU="7000", DLPERF_STANDIN_TFLOPS="380")
+    assert res.returncode == 0, res.stderr[-500:]
+    result = gate(fw, t, fw.parse(res.stdout.splitlines(keepends=True)))
+    assert result.status is TrialStatus.OK, result.reason
+    assert result.metric.value == pytest.approx(7000, rel=1e-3)  # tokens/s per GPU, both formats
+    llm = result.metric.details["llm"]
+    assert llm["figures"]["tokens_per_sec_per_gpu"]["value"] == pytest.approx(7000, rel=1e-3)
+    assert llm["figures"]["tflops_per_gpu"]["value"] > 0 and all(c["ok"] for c in llm["checks"])
+    assert llm["figures"]["mfu_pct"]["value"] is None and llm["figures"]["mfu_pct"]["reason"]  # no GPU model stated
+    assert llm["reference"]["reference"] is None and "none borrowed" in llm["reference"]["reason"]
+
+
+def test_the_standin_is_as_strict_as_the_entry_points():
+    bad_tt = _standin("workspace/torchtitan/torchtitan/train.py", ["--module", "llama3", "--config", "llama3_8b",
+                                                                    "--training.stepz", "3"], 0, 8)
+    assert bad_tt.returncode == 2 and "unrecognized arguments: --training.stepz" in bad_tt.stderr
+    base = ["-m", "llama", "-mr", "llama3_8b", "-g", "h100", "-ng", "8", "-ms", "2"]
+    bad_dtype = _standin(f"opt/Megatron-Bridge/{SCRIPT_MB}", [*base, "-c", "fp16"], 7, 8)
+    assert bad_dtype.returncode == 2 and "invalid choice: 'fp16'" in bad_dtype.stderr
+    bad_override = _standin(f"opt/Megatron-Bridge/{SCRIPT_MB}", [*base, "--tensor-parallel", "2"], 7, 8)
+    assert bad_override.returncode == 1 and "'--tensor-parallel'" in bad_override.stderr
+    bad_tp = _standin(f"opt/Megatron-Bridge/{SCRIPT_MB}", [*base, "-tp", "3"], 7, 8)
+    assert bad_tp.returncode == 1 and "not divisible by TP*PP*CP = 3" in bad_tp.stderr
+
+
+def test_standin_all_reduce_perf_prints_the_nccl_tests_table_the_probe_reads():
+    for net, flagged in (("IB", False), ("Socket", True)):
+        res = _standin("usr/local/bin/all_reduce_perf", ["-b", "1M", "-e", "64M", "-f", "2", "-g", "8"], 0, 2,
+                       DLPERF_STANDIN_ALGBW="150", DLPERF_STANDIN_NCCL_NET=net)
+        assert res.returncode == 0, res.stderr
+        nccl = parse_text(res.stdout)
+        assert not nccl.errors and len(nccl.rows) == 7
+        probe = judge(nccl, 16, expected_busbw_gbs=300.0, min_fraction=0.8)
+        assert probe.busbw_gbs == pytest.approx(bus_bandwidth(nccl.rows[-1].algbw_gbs, 16), rel=1e-3)
+        assert any("sockets" in f for f in probe.flags) is flagged

@@ -79,7 +79,9 @@ def arguments(source: str) -> list[dict]:
         action = _literal(kw["action"]) if "action" in kw else "store"
         typ = kw.get("type")
         tname = typ.id if isinstance(typ, ast.Name) else ("str" if typ is not None else None)
-        dest = _literal(kw["dest"]) if "dest" in kw else flags[0].lstrip("-").replace("-", "_")
+        # argparse: the first long option names the attribute, else the first short one
+        long_flags = [f for f in flags if f.startswith("--")]
+        dest = _literal(kw["dest"]) if "dest" in kw else (long_flags or flags)[0].lstrip("-").replace("-", "_")
         arg = {"flags": flags, "dest": dest, "action": action,
                "type": tname if tname in ("int", "float", "str") else "str",
                "required": bool(_literal(kw["required"])) if "required" in kw else False,
