@@ -3,6 +3,7 @@ against the pinned entry points' flags, the interconnect probe's verdict."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -21,7 +22,13 @@ from dlperf_tasks.frameworks.launchspec import NodeSpec
 from dlperf_tasks.frameworks._nccl_tests_log import parse_text
 from dlperf_tasks.frameworks.megatron_bridge import SCRIPT as SCRIPT_MB
 from dlperf_tasks.measure.interconnect import bus_bandwidth, judge
+from dlperf_tasks.measure.stats import aggregate
 from dlperf_tasks.measure.validity import gate
+from dlperf_tasks.history.export_formats import cell_figures
+from dlperf_tasks.history.rows import show_rows
+from dlperf_tasks.report.flags import cell_flags
+from dlperf_tasks.report.markdown import render_markdown
+from dlperf_tasks.report.result_json import build_result, dumps
 from dlperf_tasks.remote.runtime import DockerRuntime
 
 LLM_SUITES = ("llama31-8b-megatron-bridge", "llama31-70b-megatron-bridge", "llama31-8b-torchtitan")
@@ -177,6 +184,30 @@ def test_the_standin_runs_the_built_command_and_its_log_gives_the_llm_figures(su
     assert llm["figures"]["tflops_per_gpu"]["value"] > 0 and all(c["ok"] for c in llm["checks"])
     assert llm["figures"]["mfu_pct"]["value"] is None and llm["figures"]["mfu_pct"]["reason"]  # no GPU model stated
     assert llm["reference"]["reference"] is None and "none borrowed" in llm["reference"]["reason"]
+
+    # the same trial through the result document, report.md, the results page rows and the exports
+    doc = json.loads(dumps(build_result(aggregate([result]), {"run_id": "r1", "suite": suite_id})))
+    cell = doc["cells"][0]
+    assert cell["llm"]["figures"]["tokens_per_sec_per_gpu"]["median"] == pytest.approx(7000, rel=1e-3)
+    assert set(cell["llm"]["figures"]["tflops_per_gpu"]["conventions"]) == {"full", "megatron_bridge"}
+    report = render_markdown(doc)
+    assert "## LLM figures" in report and "refused:" in report and cell["cell_id"] in report
+    row = show_rows(doc)[0]["llm"]
+    assert row[0] == f"{cell['llm']['figures']['tokens_per_sec_per_gpu']['median']:,.1f}"
+    figs = cell_figures(cell)
+    assert figs["tokens_per_sec_per_gpu"] == pytest.approx(7000, rel=1e-3) and "mfu_pct" not in figs
+
+
+def test_llm_flags_name_failed_checks_a_reference_outside_its_band_and_the_interconnect():
+    cell = {"llm": {"failed_checks": ["drift: 9% inside the window"], "figures": {"tflops_per_gpu": {
+                "upstream": {"mismatch": True, "diff_pct": 4.2, "convention": "megatron_bridge"}}},
+            "reference": {"reference": "ref-x", "tolerance_pct": 2.5, "figures": {
+                "tokens_per_sec_per_gpu": {"ratio": 0.9, "published": 14451, "inside": False}}}},
+            "interconnect": {"flags": ["interconnect probe: NCCL fell back to sockets between nodes"]}}
+    text = "; ".join(cell_flags(cell))
+    assert "run check drift: 9%" in text and "0.9 x the published 14451 (ref-x, band +-2.5%)" in text
+    assert "differs by 4.2%" in text and "fell back to sockets" in text
+    assert cell_flags({"llm": {"failed_checks": [], "figures": {}, "reference": {"reference": None}}}) == []
 
 
 def test_the_standin_is_as_strict_as_the_entry_points():
