@@ -133,7 +133,7 @@ def _check(args) -> int:
                 print(f"warning: {line}", file=sys.stderr)
             if s.container is not None and not s.container.digest:
                 unpinned.append(f"{s.id}: image {s.container.image} has no digest (set container.digest: "
-                                f"sha256:... once; see docs/catalog.md)")
+                                f"sha256:... once; see docs/deploy.md, Image digests)")
         except CatalogError as exc:
             bad += 1
             print(str(exc), file=sys.stderr)
