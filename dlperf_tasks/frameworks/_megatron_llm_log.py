@@ -15,7 +15,10 @@ Megatron-Bridge's ``training/utils/train_utils.py`` prints the same spelling)::
 
 Use: ``MegatronLlmStream().feed(text)`` ... ``.close()`` or :func:`parse_lines`. Samples as
 ``megatron_gpt`` (``value`` = elapsed ms per iteration). ``extra`` adds ``energy_j_per_gpu`` and
-``power_w_per_gpu`` {iteration: value} and ``timestamps`` {iteration: ISO text}; the base parser's
+``power_w_per_gpu`` {iteration: value}, ``timestamps`` {iteration: ISO text} and, from Megatron-Bridge's
+memory report ``[Rank 0] (after N iterations) memory (GB) | peak_reserved_mem: X | ...`` (GB = 1e9 bytes;
+NVIDIA-NeMo/Megatron-Bridge@067f987 ``training/utils/train_utils.py``), ``memory_gb`` {field: largest}
+and ``memory_mib`` (peak reserved); the base parser's
 ``tflops_per_gpu``, ``skipped_iterations``, ``nonfinite_grad_norms``, ``memory_mb`` stay.
 
 A record must be whole: Megatron closes every field with ``|``, so an iteration line that does not
@@ -36,6 +39,8 @@ _STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d{1,6})?)\]\s*it
 _ITER_NO = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
 _ENERGY = re.compile(r"energy per GPU \(J/iter/GPU\)\s*:\s*([^\s|]+)\s*\|")
 _POWER = re.compile(r"power per GPU \(W/GPU\)\s*:\s*([^\s|]+)\s*\|")
+_MEM_GB = re.compile(r"\[Rank (\d+)\]\s*\(after (\d+) iterations\)\s*memory \(GB\)")
+_GB_FIELD = re.compile(r"\|\s*([a-z_]+)\s*:\s*([^\s|]+)")
 
 
 class MegatronLlmStream(MegatronStream):
@@ -46,6 +51,27 @@ class MegatronLlmStream(MegatronStream):
         self.extra["energy_j_per_gpu"] = {}
         self.extra["power_w_per_gpu"] = {}
         self.extra["timestamps"] = {}
+
+    def scan(self, block: str) -> None:
+        super().scan(block)
+        if "memory (GB)" in block:
+            for start, line in self.lines_with(block, "memory (GB)"):
+                self._memory_gb(block, start, line)
+
+    def _memory_gb(self, block: str, start: int, text: str) -> None:
+        """Megatron-Bridge's report: ``[Rank 0] (after 10 iterations) memory (GB) | peak_reserved_mem: 61.2 | ...``
+        (torch.cuda.memory_stats bytes / 1e9)."""
+        if not _MEM_GB.search(text):
+            return
+        gb = self.extra.setdefault("memory_gb", {})
+        for name, value in _GB_FIELD.findall(text):
+            v = parse_float(value)
+            if v is None or v < 0:
+                self.fc.error(f"line {self.line_no(block, start)}: memory field {name!r} is {value!r}, not a number")
+                continue
+            gb[name] = max(gb.get(name, 0.0), v)
+        if "peak_reserved_mem" in gb:
+            self.extra["memory_mib"] = round(gb["peak_reserved_mem"] * 1e9 / 2**20, 2)
 
     def _iteration(self, block: str, start: int, text: str) -> None:
         line = text.rstrip()

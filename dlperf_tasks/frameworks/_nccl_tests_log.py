@@ -9,10 +9,12 @@ Text table: one row a message size, out-of-place then in-place columns::
 The transport NCCL chose comes from ``NCCL INFO`` lines (``NCCL_DEBUG=INFO``): ``via P2P/IPC``,
 ``via NET/IB/0``, ``via NET/Socket/0``, ``via SHM``, ``NVLS``, ``CollNet``.
 
-``-J FILE`` JSON output: a document whose rows carry ``size``, ``time``/``algBw``/``busBw`` (any of
-the spellings ``algbw``/``alg_bw``/``algBw``, ``busbw``/``bus_bw``/``busBw``) per placement. The reader
-looks for lists of row objects anywhere in the document and reads the same fields; a row without a
-size or bus bandwidth is refused by its index.
+``-J FILE.json`` output (NVIDIA/nccl-tests@a0b82b2260cf5152b9f8c061bbf7eaf0ba096432 ``src/util.cu``, JSON
+file version 3): ``{"version", "config", ..., "results": [{"size", "count", "type", "redop", "root",
+"out_of_place": {"time" | "cpu_time", "alg_bw", "bus_bw", "nwrong"} | null, "in_place": {...}}]}``.
+A row whose out-of-place part is null is read from its in-place part; a row without a size or bus
+bandwidth is refused by its index. Documents of other shapes are searched for lists of row objects
+holding a ``size`` (older spellings ``algbw``/``busbw`` accepted).
 
 Use: :func:`parse_text(text)` / :func:`parse_json(text)` -> :class:`NcclResult` (rows, average bus
 bandwidth, transports, errors). bus bandwidth = algbw x 2(n-1)/n for all-reduce (nccl-tests'
@@ -120,8 +122,8 @@ def _row(parts: list[str], no: int, errors: list[str]) -> NcclRow | None:
                    in_place_busbw_gbs=_f(inp[2]), wrong=wrong)
 
 
-_ALG = ("algbw", "alg_bw", "algBw", "algBW")
-_BUS = ("busbw", "bus_bw", "busBw", "busBW")
+_ALG = ("alg_bw", "algbw")
+_BUS = ("bus_bw", "busbw")
 
 
 def _pick(d: dict, names) -> object:
@@ -147,8 +149,8 @@ def _rows_in(doc, depth: int = 0):
 
 
 def _placement(row: dict) -> dict:
-    """A row's out-of-place figures: the row itself, or its ``out_of_place``/``outOfPlace`` part."""
-    for key in ("out_of_place", "outOfPlace", "oop"):
+    """A row's figures: its ``out_of_place`` part, else its ``in_place`` part, else the row itself."""
+    for key in ("out_of_place", "in_place"):
         if isinstance(row.get(key), dict):
             return row[key]
     return row
@@ -162,14 +164,18 @@ def parse_json(text: str) -> NcclResult:
     except (ValueError, RecursionError) as exc:
         out.errors.append(f"all_reduce_perf JSON does not parse: {str(exc).splitlines()[0][:160]}")
         return out
-    for rows in _rows_in(doc):
+    found = [doc["results"]] if isinstance(doc, dict) and isinstance(doc.get("results"), list) else _rows_in(doc)
+    for rows in found:
         for i, row in enumerate(rows):
             oop = _placement(row)
             size, alg, bus = row.get("size"), _pick(oop, _ALG), _pick(oop, _BUS)
-            t = oop.get("time")
+            t = oop.get("time", oop.get("cpu_time"))
             try:
+                inp = row.get("in_place") if isinstance(row.get("in_place"), dict) else {}
+                inb = _pick(inp, _BUS)
                 out.rows.append(NcclRow(size_bytes=int(size), algbw_gbs=float(alg), busbw_gbs=float(bus),
-                                        time_us=float(t) if t is not None else float("nan")))
+                                        time_us=float(t) if t is not None else float("nan"),
+                                        in_place_busbw_gbs=float(inb) if inb is not None else None))
             except (TypeError, ValueError):
                 out.errors.append(f"all_reduce_perf JSON row {i}: size/algbw/busbw missing or not numbers; refused")
     if not out.rows and not out.errors:

@@ -7,7 +7,9 @@ INFO - ``) and with or without ANSI colour codes::
 
 ``grad_norm`` and ``tflops`` are optional (2025 releases print no grad_norm); ``mfu`` ends every
 record (``mfu: N/A`` on a device without a known peak), so a record cut anywhere before it is seen. ``tps`` is tokens per second **per
-device** (thousands separators allowed); ``memory`` is the caching allocator's max reserved GiB and
+device** (thousands separators allowed). Validation records (``validate step: N  loss: ...  memory: ...
+tps: N``, pytorch/torchtitan@b5bcd76 ``components/metrics.py`` ``log_validation``) are not training steps and
+are skipped; ``memory`` is the caching allocator's max reserved GiB and
 its share of the device.
 
 Use: ``TorchtitanStream().feed(text)`` ... ``.close()`` -> ParsedLog, or :func:`parse_lines`.
@@ -73,6 +75,8 @@ class TorchtitanStream(LogStream):
         at = text.find("step:")
         if "loss:" not in text[at:]:
             return  # prose ("Dumping profiler traces at step 200" has no "step:" record)
+        if text[:at].rstrip().endswith("validate"):
+            return  # a validation record ("validate step: N  loss: ...  tps: N"): not a training step
         if text.count("step:") > 1:
             self.fc.error(f"line {self.line_no(block, start)}: two torchtitan step records glued on one line; "
                           "refused")

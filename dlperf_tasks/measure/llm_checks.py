@@ -124,7 +124,7 @@ def reference_band(cell: Mapping, figures: Mapping) -> dict:
     ref = found[0]
     tol = max(float(ref.get("tolerance_pct", MIN_TOLERANCE_PCT)), MIN_TOLERANCE_PCT)
     out = {"reference": ref["id"], "source": ref["source"], "container": ref["container"], "tolerance_pct": tol,
-           "figures": {}}
+           "reference_window": ref.get("window", "not stated"), "figures": {}}
     for name in ("tokens_per_sec_per_gpu", "tflops_per_gpu"):
         pub = ref.get(name)
         fig = figures.get(name) or {}

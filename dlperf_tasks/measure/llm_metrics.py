@@ -23,6 +23,8 @@ Formulas:
   (torchtitan, NeMo 2: the causal mask is not discounted) and half that, 6 x layers x hidden x
   seq, in the **megatron_bridge** convention (causal attention term halved). Llama-3-8B at seq
   8192: 5.791e10 (full) vs 5.147e10 (megatron_bridge).
+* A printed tokens/s per GPU (NeMo 2's ``tokens_per_sec_per_gpu``) is shown beside dlperf's as ``upstream``, a
+  difference beyond 1 % flagged.
 * TFLOP/s per GPU = FLOPs per token x tokens/s per GPU / 1e12, shown in both conventions; the
   framework's own printed figure is compared with dlperf's in the framework's convention and a
   difference beyond 1 % is flagged.
@@ -162,6 +164,13 @@ def llm_figures(parsed: ParsedLog, framework: str, cell: Mapping, window: Window
         else:
             out["tokens_per_sec_per_gpu"] = {"value": tokens_per_step / (ms / 1000.0) / world, "unit": "tokens/s/GPU",
                                              "how": "global batch x seq / step time / world size"}
+    printed = _in(parsed.extra.get("tokens_per_sec_per_gpu") or {}, steps)
+    mine = out["tokens_per_sec_per_gpu"].get("value")
+    if printed and mine:
+        up = fmean(printed)
+        diff = 100.0 * (up - mine) / mine
+        out["tokens_per_sec_per_gpu"]["upstream"] = {"value": up, "diff_pct": round(diff, 2),
+                                                     "mismatch": abs(diff) > MISMATCH_PCT}
     _flops(out, parsed, framework, cell, steps)
     _memory_energy(out, parsed, steps, tokens_per_step, world, cell)
     return out
@@ -222,7 +231,7 @@ def _mfu(out: dict, parsed: ParsedLog, cell: Mapping, steps: list[int]) -> None:
 
 def _memory_energy(out: dict, parsed: ParsedLog, steps: list[int], tokens_per_step, world, cell: Mapping) -> None:
     mem = [s.memory_mib for s in parsed.samples if s.memory_mib is not None]
-    reserved = (parsed.extra.get("memory_mb") or {}).get("max_reserved")
+    reserved = (parsed.extra.get("memory_mb") or {}).get("max_reserved") or parsed.extra.get("memory_mib")
     if mem or reserved:
         out["peak_memory_mib"] = {"value": max(mem) if mem else reserved, "unit": "MiB",
                                   "how": "allocator max reserved as the log prints it"}

@@ -156,3 +156,28 @@ def test_reference_band_matches_exactly_and_borrows_none():
     none = llm_checks.reference_band(other, figures)
     assert none["reference"] is None and "none borrowed" in none["reason"]
     assert llm_checks.reference_band(dict(cell, world_size=16), figures)["reference"] is None
+
+
+def test_torchtitan_reference_shows_its_own_window():
+    cell = {"framework": "torchtitan", "model": "llama3.1-8b", "precision": "bf16", "gpu": "H100-96GB",
+            "world_size": 8, "layout": {"global_batch": 16, "micro_batch": 2, "fsdp": 8, "compile": True,
+                                        "float8": False}}
+    band = llm_checks.reference_band(cell, {"tokens_per_sec_per_gpu": {"value": 6400.0}})
+    assert band["reference_window"] == "TPS logged every 10 steps, read at step 90"
+    assert band["figures"]["tokens_per_sec_per_gpu"]["ratio"] == pytest.approx(6400 / 6667, abs=1e-4)
+    assert band["figures"]["tokens_per_sec_per_gpu"]["inside"] is False  # 4 % below: outside +-2.5 %
+    assert "torchtitan@b5bcd76c66d0acb1a08b176d9639425bc55e0b2a:benchmarks/" in band["source"]
+
+
+def test_nemo2_tokens_ours_agree_with_the_printed_ones():
+    """NeMo 2's own tokens_per_sec_per_gpu (genuine log: Llama-3-8B, global batch 128) against dlperf's
+    global batch x seq / step time / world size with seq 8192 on 8 GPUs."""
+    p = nemo2.parse_lines(_lines("nemo2_tokens.log"))
+    cell = {"model": "llama3-8b", "gpu": "H100-SXM", "precision": "bf16", "seq_length": 8192, "world_size": 8}
+    f = llm_metrics.llm_figures(p, "nemo2", cell, Window(warmup=96, measure=3))
+    tok = f["tokens_per_sec_per_gpu"]
+    assert tok["value"] == pytest.approx(128 * 8192 / ((12.22 + 12.21 + 12.21) / 3) / 8)
+    assert tok["upstream"]["mismatch"] is False and abs(tok["upstream"]["diff_pct"]) < 0.2
+    # a world size that is not the run's shows as a mismatch, never silently
+    g = llm_metrics.llm_figures(p, "nemo2", dict(cell, world_size=16), Window(warmup=96, measure=3))
+    assert g["tokens_per_sec_per_gpu"]["upstream"]["mismatch"] is True

@@ -66,6 +66,15 @@ def test_torchtitan_broken_records_refused_never_half_read(text, words):
     assert p.facts.errors and words in p.facts.errors[0] and "line 1" in p.facts.errors[0]
 
 
+def test_torchtitan_validation_records_are_not_steps():
+    lines = ["[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - step: 5  loss:  3.24405  grad_norm:  0.8319  "
+             "memory:  9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%\n",
+             "[rank0]:[titan] 2026-05-18 16:04:47,000 - root - INFO - \x1b[33mvalidate step:  5  \x1b[32mloss:  3.1000  "
+             "\x1b[36mmemory:  9.46GiB(64.99%)  \x1b[34mtps: 21,000\x1b[39m\n"]
+    p = titan.parse_lines(lines)
+    assert [(s.iteration, s.value) for s in p.samples] == [(5, 7282.0)] and p.facts.errors == []
+
+
 def test_torchtitan_nan_loss_and_grad_norm_are_facts():
     p = titan.parse_lines(["step: 7  loss:     nan  grad_norm:     inf  memory: 1.00GiB(1.00%)  tps: 100  tflops: 0.01  mfu: 0.00%\n"])
     assert p.facts.nonfinite_losses and p.extra["nonfinite_grad_norms"] == [7]
@@ -148,12 +157,17 @@ def test_nccl_tests_transport_avg_and_broken_row():
 
 
 def test_nccl_tests_json_rows_and_malformed():
-    doc = {"results": [{"size": 1048576, "type": "float", "out_of_place": {"time": 27.76, "algBw": 37.78,
-                                                                           "busBw": 66.11}},
-                       {"size": 2097152, "algbw": 51.58, "busbw": 90.27, "time": 40.66}]}
+    # the -J layout of nccl-tests@a0b82b2 src/util.cu (JSON file version 3); the figures are the genuine rows above
+    doc = {"version": 3, "config": {"ngpus": 8}, "results": [
+        {"size": 1048576, "count": 262144, "type": "float", "redop": "sum", "root": "-1",
+         "out_of_place": {"time": 27.76, "alg_bw": 37.78, "bus_bw": 66.11, "nwrong": 0},
+         "in_place": {"time": 27.49, "alg_bw": 38.15, "bus_bw": 66.76, "nwrong": 0}},
+        {"size": 2097152, "count": 524288, "type": "float", "redop": "sum", "root": "-1", "out_of_place": None,
+         "in_place": {"cpu_time": 40.36, "alg_bw": 51.97, "bus_bw": 90.94, "nwrong": None}}]}
     r = nccl.parse_json(json.dumps(doc))
-    assert [x.busbw_gbs for x in r.rows] == [66.11, 90.27] and r.errors == []
-    bad = nccl.parse_json('{"results": [{"size": 1024, "busbw": "fast"}]}')
+    assert [x.busbw_gbs for x in r.rows] == [66.11, 90.94] and r.errors == []
+    assert r.rows[0].in_place_busbw_gbs == 66.76 and r.rows[1].time_us == 40.36
+    bad = nccl.parse_json('{"results": [{"size": 1024, "out_of_place": {"bus_bw": "fast"}}]}')
     assert bad.rows == [] and "row 0" in bad.errors[0]
     assert "does not parse" in nccl.parse_json("{not json").errors[0]
 
@@ -212,3 +226,13 @@ def test_tokens_per_gpu_from_megatron_log_and_cell():
     with pytest.raises(ValueError, match="sequence length"):
         _llm_logs.tokens_per_gpu_samples(n, Cell("n", "nemo2", "m", "bf16", 1, Topology(1, 8)))
     assert _llm_logs.stream_class("nemo2") is nemo2.Nemo2Stream
+
+
+def test_megatron_bridge_memory_report_in_gb():
+    # the spelling of Megatron-Bridge@067f987 training/utils/train_utils.py (values made up)
+    line = ("[Rank 0] (after 10 iterations) memory (GB) | current_allocated_mem: 20.5 | peak_allocated_mem: 50.25 | "
+            "peak_reserved_mem: 61.2 | alloc_retries: 0\n")
+    p = megatron.parse_lines([line, "[Rank 0] (after 20 iterations) memory (GB) | peak_reserved_mem: lots\n"])
+    assert p.extra["memory_gb"]["peak_reserved_mem"] == 61.2
+    assert p.extra["memory_mib"] == pytest.approx(61.2e9 / 2**20, abs=0.01)
+    assert "memory field 'peak_reserved_mem' is 'lots'" in p.facts.errors[0]
