@@ -3,7 +3,7 @@ node, the cell's layout as parallel sizes, tokens/s per GPU as the trial metric.
 
 The log parsers of the upstream formats live in their own modules (``_torchtitan_log``,
 ``_megatron_llm_log``); each framework names its ``Stream``. The trial metric here is tokens/s per
-GPU over the window; the full figures (TFLOP/s in both conventions, MFU, run checks, reference
+GPU x GPUs (the job's tokens/s) over the window; the full figures (TFLOP/s in both conventions, MFU, run checks, reference
 band) are added by ``measure/llm_result.py`` from ``llm_name``.
 """
 
@@ -37,7 +37,7 @@ def node_env(node_rank: int, nodes: list[NodeSpec], settings: Mapping) -> dict[s
 
 
 class LlmFramework(Framework):
-    """Base of the LLM pretraining frameworks: metric = tokens/s per GPU over the window."""
+    """Base of the LLM pretraining frameworks: metric = the job's tokens/s over the window."""
 
     metric_kind = MetricKind.THROUGHPUT
     launch_mode = "per_node"
@@ -62,8 +62,11 @@ class LlmFramework(Framework):
         return statistics.fmean(values)
 
     def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
-        value = self.tokens_per_gpu(self.window_values(parsed, window), cell)
+        """The job's tokens/s (the seeds' convention: a cell's speed is the whole job's, per GPU is
+        speed / GPUs, so speedup and scaling efficiency read as for the seed suites)."""
+        per_gpu = self.tokens_per_gpu(self.window_values(parsed, window), cell)
+        value = per_gpu * cell.topology.world_size
         mem = max((s.memory_mib for s in parsed.samples if getattr(s, "memory_mib", None)), default=None)
         return TrialMetric(value=value, kind=MetricKind.THROUGHPUT, throughput=value, memory_mib=mem,
                            memory_source="max reserved, caching allocator (log)" if mem else None,
-                           details={"unit": "tokens/s/GPU"})
+                           details={"unit": "tokens/s", "tokens_per_sec_per_gpu": per_gpu})

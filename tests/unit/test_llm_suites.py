@@ -178,7 +178,8 @@ def test_the_standin_runs_the_built_command_and_its_log_gives_the_llm_figures(su
     assert res.returncode == 0, res.stderr[-500:]
     result = gate(fw, t, fw.parse(res.stdout.splitlines(keepends=True)))
     assert result.status is TrialStatus.OK, result.reason
-    assert result.metric.value == pytest.approx(7000, rel=1e-3)  # tokens/s per GPU, both formats
+    assert result.metric.value == pytest.approx(7000 * 8, rel=1e-3)  # the job's tokens/s, both formats
+    assert result.metric.details["tokens_per_sec_per_gpu"] == pytest.approx(7000, rel=1e-3)
     llm = result.metric.details["llm"]
     assert llm["figures"]["tokens_per_sec_per_gpu"]["value"] == pytest.approx(7000, rel=1e-3)
     assert llm["figures"]["tflops_per_gpu"]["value"] > 0 and all(c["ok"] for c in llm["checks"])
