@@ -119,6 +119,11 @@ def test_pinned_image_is_pulled_by_digest_and_another_digest_refuses_the_trial()
     with pytest.raises(RemoteError, match="(none)"):
         rt.check_pinned("n3", None)
     DockerRuntime(ContainerSpec(image="nvcr.io/nvidia/nemo:26.04")).check_pinned("n1", None)  # no pin: no check
+    # the plan hands the runtime the (mirrored) image: still pulled by the pinned digest
+    mirrored = DockerRuntime(spec, image="127.0.0.1:5000/nvidia/nemo:26.04")
+    assert mirrored.image == f"127.0.0.1:5000/nvidia/nemo:26.04@{DIGEST}" and mirrored.pinned_digest == DIGEST
+    other_tag = DockerRuntime(spec, image="nvcr.io/nvidia/nemo:26.06")  # conf image_tag: the pin is the catalog tag's
+    assert other_tag.image == "nvcr.io/nvidia/nemo:26.06" and other_tag.pinned_digest is None
 
 
 def test_bus_bandwidth_is_algbw_times_2_n_minus_1_over_n():
