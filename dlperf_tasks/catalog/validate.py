@@ -115,7 +115,7 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
     precisions, xla = data["precisions"], data.get("xla", [False])
     layouts = _check_layouts(data, problems) if "layouts" in data else []
     if "layouts" in data and not data["framework"].startswith(("megatron", "torchtitan")):
-        problems.add(("layouts",), f"layouts are only meaningful for Megatron and torchtitan frameworks, not {data['framework']!r}")
+        problems.add(("layouts",), f"layouts are only meaningful for Megatron frameworks and torchtitan, not {data['framework']!r}")
     batch_sizes, by_prec = _batch_sizes(data, layouts, problems)
     topologies = _topologies(data, layouts, problems)
     exclude = _exclusions(data, problems)

@@ -56,12 +56,15 @@ def _list(args) -> int:
     if args.format == "json":
         print(json.dumps([_row_dict(s) for s in suites], indent=2))
         return 0
-    head = ["id", "framework", "image", "topologies", "batch sizes", "precisions", "xla", "trials"]
+    head = ["id", "framework", "image", "digest", "min driver", "topologies", "batch sizes", "precisions", "xla",
+            "trials"]
     rows = []
     for s in suites:
         d = _row_dict(s)
-        rows.append([s.id, s.framework, d["image"] or "(host)", ",".join(d["topologies"]), d["batch_sizes_text"],
-                     ",".join(s.precisions), "/".join("on" if x else "off" for x in s.xla), str(s.trials)])
+        digest = (d["digest"][:19] + "...") if d["digest"] else ("(unset)" if d["image"] else "-")
+        rows.append([s.id, s.framework, d["image"] or "(host)", digest, d["min_driver"] or "-",
+                     ",".join(d["topologies"]), d["batch_sizes_text"], ",".join(s.precisions),
+                     "/".join("on" if x else "off" for x in s.xla), str(s.trials)])
     print(format_table(head, rows))
     return 0
 
@@ -76,6 +79,9 @@ def _row_dict(s) -> dict:
     return {
         "id": s.id, "framework": s.framework, "dag": s.dag, "model": s.model,
         "image": s.container.image if s.container else None,
+        "digest": s.container.digest if s.container else None,
+        "min_driver": s.container.min_driver if s.container else None,
+        "versions": dict(s.container.versions) if s.container else {},
         "topologies": [t.name for t in s.topologies], "batch_sizes": list(s.batch_sizes),
         "batch_sizes_text": bz_text, "precisions": list(s.precisions), "xla": list(s.xla),
         "trials": s.trials, "cases": [lay.case for _, lay in s.layouts], "source": s.source,

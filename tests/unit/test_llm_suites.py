@@ -239,3 +239,14 @@ def test_standin_all_reduce_perf_prints_the_nccl_tests_table_the_probe_reads():
         probe = judge(nccl, 16, expected_busbw_gbs=300.0, min_fraction=0.8)
         assert probe.busbw_gbs == pytest.approx(bus_bandwidth(nccl.rows[-1].algbw_gbs, 16), rel=1e-3)
         assert any("sockets" in f for f in probe.flags) is flagged
+
+
+def test_catalog_lists_image_tag_digest_and_minimum_driver(capsys):
+    assert main(["catalog", "--format", "json"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    tt = rows["llama31-8b-torchtitan"]
+    assert tt["image"] == "nvcr.io/nvidia/pytorch:25.10-py3" and tt["digest"] is None
+    assert tt["min_driver"] == "580.65" and set(tt["versions"]) == {"cuda", "nccl", "pytorch"}
+    assert main(["catalog"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("llama31-8b-megatron-bridge "))
+    assert "nvcr.io/nvidia/nemo:26.04" in line and "(unset)" in line and "580.65" in line
