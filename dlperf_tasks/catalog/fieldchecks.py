@@ -69,11 +69,21 @@ def check_plain_strings(data: Any, path: KeyPath, problems: Problems) -> None:
 
 
 
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DRIVER_RE = re.compile(r"^[0-9]{3}(\.[0-9]{1,3}){0,2}$")
+
+
 def check_container(c: dict, problems: Problems) -> None:
     p = ("container",)
     image = c["image"]
     if not _IMAGE_RE.match(image):
         problems.add(p + ("image",), f"invalid image reference {image!r} (expected registry/repo:tag, e.g. nvcr.io/nvidia/mxnet:20.03-py3)")
+    if c.get("digest") and not _DIGEST_RE.match(c["digest"]):
+        problems.add(p + ("digest",), f"invalid digest {c['digest']!r} (expected sha256: and 64 lower-case hex digits)")
+    if "@" in image and c.get("digest"):
+        problems.add(p + ("image",), "give the digest in container.digest only, not also in the image reference")
+    if c.get("min_driver") and not _DRIVER_RE.match(c["min_driver"]):
+        problems.add(p + ("min_driver",), f"invalid driver version {c['min_driver']!r} (expected e.g. 570.124)")
     for i, u in enumerate(c.get("ulimits", [])):
         if not _ULIMIT_RE.match(u):
             problems.add(p + ("ulimits", i), f"invalid ulimit {u!r} (expected name=soft[:hard], e.g. memlock=-1)")

@@ -48,6 +48,14 @@ class ContainerSpec:
     mounts: tuple[str, ...] = ()  # "host:container[:ro]"; ${data_dir} etc. expanded from the inventory
     sshd_port: int | None = None  # MPI launch mode: containers run sshd on this port
     cap_add: tuple[str, ...] = ()  # e.g. IPC_LOCK (seed 000: --cap-add=IPC_LOCK)
+    digest: str | None = None  # sha256:<64 hex>: pulled by digest; a node that reports another refuses the trial
+    min_driver: str | None = None  # minimum NVIDIA driver the image needs
+    versions: tuple[tuple[str, str], ...] = ()  # (component, version): cuda, nccl, pytorch, ...
+
+    @property
+    def pull_ref(self) -> str:
+        """What nodes pull: ``repo:tag@sha256:...`` when the catalog pins a digest, else the tag."""
+        return f"{self.image.split('@')[0]}@{self.digest}" if self.digest else self.image
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ MAX_ITERS = 10_000_000  # warm-up or measured steps of one trial
 MAX_LIST_ITEMS = 4096  # items of one comma-separated override
 _MAXIMA = {"trials": MAX_TRIALS_PER_CELL, "warmup_iters": MAX_ITERS, "measure_iters": MAX_ITERS,
            "batch_sizes": MAX_BATCH_SIZE}
-PRECISIONS = ("fp32", "amp")
-_PRECISION_ALIASES = {"fp32": "fp32", "amp": "amp", "fp16": "amp"}
+PRECISIONS = ("fp32", "amp", "bf16", "fp8")
+_PRECISION_ALIASES = {"fp32": "fp32", "amp": "amp", "fp16": "amp", "bf16": "bf16", "fp8": "fp8"}
 _XLA_WORDS = {"on": (True,), "off": (False,), "both": (False, True), "true": (True,), "false": (False,)}
 
 
@@ -144,7 +144,7 @@ class Overrides:
             precs = []
             for p in _split(d["precisions"], "precisions"):
                 if p.lower() not in _PRECISION_ALIASES:
-                    raise PlanError(f"precisions: unknown precision {short(p)}; known: fp32, amp (fp16 = amp)")
+                    raise PlanError(f"precisions: unknown precision {short(p)}; known: fp32, amp (fp16 = amp), bf16, fp8")
                 if _PRECISION_ALIASES[p.lower()] not in precs:
                     precs.append(_PRECISION_ALIASES[p.lower()])
             kw["precisions"] = tuple(precs)

@@ -195,9 +195,13 @@ def _axes(suite: Suite, ov: Overrides) -> _Axes:
     if ov.models is not None:
         _check_subset(ov.models, [suite.model], "model(s)", suite)
     precisions = ov.precisions if ov.precisions is not None else suite.precisions
+    llm = ("bf16", "fp8")  # the LLM suites' precisions: only where the suite lists them, and only theirs there
     for p in precisions:
         if p not in PRECISIONS:
             raise PlanError(f"unknown precision {p!r}; known: {', '.join(PRECISIONS)}")
+        if p not in suite.precisions and (p in llm or any(q in llm for q in suite.precisions)):
+            raise PlanError(f"precision {p!r} is not one of suite {suite.id}'s precisions "
+                            f"({', '.join(suite.precisions)}): its framework has no launch for it")
     xla_values = ov.xla if ov.xla is not None else suite.xla
     if any(xla_values) and not any(suite.xla):
         raise PlanError(f"suite {suite.id} ({suite.framework}) does not support XLA; use --xla off")

@@ -64,6 +64,9 @@ SUITE_SCHEMA: dict = {
                 "cap_add": _STR_LIST,
                 "mounts": _STR_LIST,
                 "sshd_port": {"type": ["integer", "null"], "minimum": 1, "maximum": 65535},
+                "digest": _STR,       # sha256:<64 hex>; set once by the operator where upstream publishes only tags
+                "min_driver": _STR,   # minimum NVIDIA driver the image needs, e.g. "570.124"
+                "versions": {"type": "object", "additionalProperties": _STR},  # cuda / nccl / pytorch / ...
             },
         },
         "upstream": {
@@ -137,7 +140,8 @@ SUITE_SCHEMA: dict = {
                     "micro_batch", "global_batch", "hidden_size", "num_heads", "num_layers",
                 ],
                 "properties": {
-                    "group": {"enum": ["DP", "MP", "2D", "PP"]},
+                    # seed 002's DP | MP | 2D | PP, or an LLM suite's own (fsdp, compile, tp2, cp2, ...)
+                    "group": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_+-]*$"},
                     "case": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.x-]*$"},
                     "nodes": {"type": "integer"},
                     "gpus": {"type": "integer"},
@@ -152,6 +156,8 @@ SUITE_SCHEMA: dict = {
                     "num_heads": {"type": "integer"},
                     "num_layers": {"type": "integer"},
                     "seq_length": {"type": "integer"},
+                    "cp": {"type": "integer"},  # context-parallel size
+                    "vp": {"type": "integer"},  # virtual pipeline stages per rank
                 },
             },
         },

@@ -26,6 +26,9 @@ def suite_to_dict(suite: Suite) -> dict[str, Any]:
             "net_host": c.net_host, "devices": list(c.devices), "privileged": c.privileged,
             "cap_add": list(c.cap_add), "mounts": list(c.mounts), "sshd_port": c.sshd_port,
         }
+        for key, value in (("digest", c.digest), ("min_driver", c.min_driver), ("versions", dict(c.versions))):
+            if value:
+                d["container"][key] = value
     if suite.upstream is None:
         d["upstream"] = None
     else:
@@ -57,7 +60,8 @@ def suite_to_dict(suite: Suite) -> dict[str, Any]:
             {"group": lay.group, "case": lay.case, "nodes": t.nodes, "gpus": t.gpus_per_node, "dp": lay.dp,
              "mp": lay.mp, "pp": lay.pp, "micro_batch": lay.micro_batch, "global_batch": lay.global_batch,
              "accumulation_steps": lay.accumulation_steps, "hidden_size": lay.hidden_size,
-             "num_heads": lay.num_heads, "num_layers": lay.num_layers, "seq_length": lay.seq_length}
+             "num_heads": lay.num_heads, "num_layers": lay.num_layers, "seq_length": lay.seq_length,
+             **({"cp": lay.cp} if lay.cp != 1 else {}), **({"vp": lay.vp} if lay.vp != 1 else {})}
             for t, lay in suite.layouts
         ]
     d["timeout_s"] = suite.timeout_s

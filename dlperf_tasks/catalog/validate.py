@@ -65,15 +65,19 @@ def _check_layouts(data: dict, problems: Problems) -> list[tuple[Topology, Paral
         path = ("layouts", i)
         label = f" ({lay['case']})"
         ints = ["nodes", "gpus", "dp", "mp", "pp", "micro_batch", "global_batch", "hidden_size", "num_heads",
-                "num_layers", "seq_length", "accumulation_steps", "micro_batch_times_dp"]
+                "num_layers", "seq_length", "accumulation_steps", "micro_batch_times_dp", "cp", "vp"]
         bad = [k for k in ints if k in lay and lay[k] < 1]
         for k in bad:
             problems.add(path + (k,), f"{k} = {lay[k]} must be >= 1", label)
         if bad:
             continue
         n, g, dp, mp, pp = lay["nodes"], lay["gpus"], lay["dp"], lay["mp"], lay["pp"]
-        if dp * mp * pp != n * g:
-            problems.add(path, f"dp*mp*pp = {dp * mp * pp} != nodes*gpus = {n * g}", label)
+        cp, vp = lay.get("cp", 1), lay.get("vp", 1)
+        if dp * mp * pp * cp != n * g:
+            what = "dp*mp*pp" if cp == 1 else "dp*mp*pp*cp"
+            problems.add(path, f"{what} = {dp * mp * pp * cp} != nodes*gpus = {n * g}", label)
+        if lay["num_layers"] % (pp * vp):
+            problems.add(path, f"pp*vp = {pp * vp} does not divide num_layers = {lay['num_layers']}", label)
         if lay["num_layers"] % pp:
             problems.add(path, f"pp = {pp} does not divide num_layers = {lay['num_layers']}", label)
         if lay["num_heads"] % mp:
@@ -90,8 +94,9 @@ def _check_layouts(data: dict, problems: Problems) -> list[tuple[Topology, Paral
             problems.add(path, f"micro_batch_times_dp = {lay['micro_batch_times_dp']} != micro_batch*dp = {mdp}", label)
         fields = {k: lay[k] for k in ("group", "case", "dp", "mp", "pp", "micro_batch", "global_batch",
                                       "hidden_size", "num_heads", "num_layers")}
-        if "seq_length" in lay:
-            fields["seq_length"] = lay["seq_length"]
+        for k in ("seq_length", "cp", "vp"):
+            if k in lay:
+                fields[k] = lay[k]
         out.append((Topology(n, g), ParallelLayout(**fields)))
     return out
 
@@ -109,8 +114,8 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
     _check_scalars(data, expected_id, problems)
     precisions, xla = data["precisions"], data.get("xla", [False])
     layouts = _check_layouts(data, problems) if "layouts" in data else []
-    if "layouts" in data and data["framework"] != "megatron_gpt" and not data["framework"].startswith("megatron"):
-        problems.add(("layouts",), f"layouts are only meaningful for Megatron frameworks, not {data['framework']!r}")
+    if "layouts" in data and not data["framework"].startswith(("megatron", "torchtitan")):
+        problems.add(("layouts",), f"layouts are only meaningful for Megatron frameworks and torchtitan, not {data['framework']!r}")
     batch_sizes, by_prec = _batch_sizes(data, layouts, problems)
     topologies = _topologies(data, layouts, problems)
     exclude = _exclusions(data, problems)
@@ -275,6 +280,9 @@ def _container(data: dict, problems: Problems) -> ContainerSpec | None:
         mounts=tuple(c.get("mounts", [])),
         sshd_port=c.get("sshd_port"),
         cap_add=tuple(c.get("cap_add", [])),
+        digest=c.get("digest") or None,
+        min_driver=c.get("min_driver") or None,
+        versions=tuple(sorted((str(k), str(v)) for k, v in (c.get("versions") or {}).items())),
     )
 
 

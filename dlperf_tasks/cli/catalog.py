@@ -35,8 +35,10 @@ def register(subparsers) -> None:
     show.add_argument("--format", choices=["yaml", "json"], default="yaml", help="output format (default: yaml)")
     show.set_defaults(func=_show)
     check = sub.add_parser("check", help="validate suite files and report every problem",
-                           description="Validate suite YAML files; exit 0 when all are valid, 2 otherwise.")
-    check.add_argument("files", nargs="+", help="suite .yaml files")
+                           description="Validate suite YAML files (none given: every suite of the catalog) and "
+                                       "list the container images without a pinned digest; exit 0 when all "
+                                       "are valid, 2 otherwise.")
+    check.add_argument("files", nargs="*", help="suite .yaml files (default: the whole catalog)")
     check.set_defaults(func=_check)
 
 
@@ -54,12 +56,15 @@ def _list(args) -> int:
     if args.format == "json":
         print(json.dumps([_row_dict(s) for s in suites], indent=2))
         return 0
-    head = ["id", "framework", "image", "topologies", "batch sizes", "precisions", "xla", "trials"]
+    head = ["id", "framework", "image", "digest", "min driver", "topologies", "batch sizes", "precisions", "xla",
+            "trials"]
     rows = []
     for s in suites:
         d = _row_dict(s)
-        rows.append([s.id, s.framework, d["image"] or "(host)", ",".join(d["topologies"]), d["batch_sizes_text"],
-                     ",".join(s.precisions), "/".join("on" if x else "off" for x in s.xla), str(s.trials)])
+        digest = (d["digest"][:19] + "...") if d["digest"] else ("(unset)" if d["image"] else "-")
+        rows.append([s.id, s.framework, d["image"] or "(host)", digest, d["min_driver"] or "-",
+                     ",".join(d["topologies"]), d["batch_sizes_text"], ",".join(s.precisions),
+                     "/".join("on" if x else "off" for x in s.xla), str(s.trials)])
     print(format_table(head, rows))
     return 0
 
@@ -74,6 +79,9 @@ def _row_dict(s) -> dict:
     return {
         "id": s.id, "framework": s.framework, "dag": s.dag, "model": s.model,
         "image": s.container.image if s.container else None,
+        "digest": s.container.digest if s.container else None,
+        "min_driver": s.container.min_driver if s.container else None,
+        "versions": dict(s.container.versions) if s.container else {},
         "topologies": [t.name for t in s.topologies], "batch_sizes": list(s.batch_sizes),
         "batch_sizes_text": bz_text, "precisions": list(s.precisions), "xla": list(s.xla),
         "trials": s.trials, "cases": [lay.case for _, lay in s.layouts], "source": s.source,
@@ -113,13 +121,28 @@ def _check(args) -> int:
     from dlperf_tasks.catalog.site import site_warnings
 
     bad = 0
-    for f in args.files:
+    files = list(args.files)
+    if not files:
+        from dlperf_tasks.catalog import list_suites
+
+        errors: list = []
+        files = [s.source for s in list_suites(extra_dirs=args.catalog_dir, errors=errors)]
+        for e in errors:
+            bad += 1
+            print(str(e), file=sys.stderr)
+    unpinned = []
+    for f in files:
         try:
             s = load_file(f)
             print(f"{f}: ok ({s.id}, framework {s.framework})")
             for line in site_warnings(s):  # privileged, devices, capabilities, a replaced built-in
                 print(f"warning: {line}", file=sys.stderr)
+            if s.container is not None and not s.container.digest:
+                unpinned.append(f"{s.id}: image {s.container.image} has no digest (set container.digest: "
+                                f"sha256:... once; see docs/deploy.md, Image digests)")
         except CatalogError as exc:
             bad += 1
             print(str(exc), file=sys.stderr)
+    for line in unpinned:
+        print(f"no digest: {line}")
     return 2 if bad else 0

@@ -17,6 +17,8 @@ from dlperf_tasks.core.topology import Topology
 class Precision(str, enum.Enum):
     FP32 = "fp32"
     AMP = "amp"  # seeds call it fp16 in file names; see Cell.precision_tag
+    BF16 = "bf16"  # LLM suites: bfloat16 compute
+    FP8 = "fp8"  # LLM suites: FP8 compute (Megatron-Bridge fp8_cs, torchtitan Float8 tensorwise)
 
     def __str__(self) -> str:  # pragma: no cover
         return self.value
@@ -42,6 +44,8 @@ class ParallelLayout:
     num_heads: int
     num_layers: int
     seq_length: int = 2048
+    cp: int = 1  # context-parallel size (LLM suites); dp*mp*pp*cp = nodes*GPUs
+    vp: int = 1  # virtual pipeline stages per rank (Megatron interleaved schedule)
 
     @property
     def accumulation_steps(self) -> int:

@@ -23,6 +23,8 @@ _MODULES = {
     "pytorch_bert": "dlperf_tasks.frameworks.pytorch_bert:PytorchBert",
     "tensorflow_bert": "dlperf_tasks.frameworks.tensorflow_bert:TensorflowBert",
     "megatron_gpt": "dlperf_tasks.frameworks.megatron_gpt:MegatronGpt",
+    "megatron_bridge": "dlperf_tasks.frameworks.megatron_bridge:MegatronBridge",
+    "torchtitan_llama": "dlperf_tasks.frameworks.torchtitan_llama:TorchtitanLlama",
     "smoke_bert": "dlperf_tasks.frameworks.smoke_bert:SmokeBert",
 }
 

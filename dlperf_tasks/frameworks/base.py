@@ -26,6 +26,8 @@ class Framework(ABC):
     #: file prefix: <log_prefix>_b<B>_<prec>_<trial>.log
     log_prefix: str = ""
     metric_kind: MetricKind = MetricKind.THROUGHPUT
+    #: LLM pretraining frameworks: the name ``measure/llm_metrics`` knows them by ("" = not one)
+    llm_name: str = ""
     #: "per_node" (one launcher per node: PyTorch/TF/Megatron) or "mpi" (mpirun from node 0: MXNet)
     launch_mode: str = "per_node"
 

@@ -28,7 +28,8 @@ from dlperf_tasks.core.model import Cell
 
 #: the script each framework's launch runs (its flags follow it in the command)
 SCRIPTS = {"mxnet_bert": "run_pretraining.py", "mxnet_resnet50": "train_horovod.py", "pytorch_bert": "run_pretraining.py",
-           "tensorflow_bert": "run_pretraining.py", "megatron_gpt": "pretrain_gpt.py"}
+           "tensorflow_bert": "run_pretraining.py", "megatron_gpt": "pretrain_gpt.py",
+           "megatron_bridge": "run_script.py", "torchtitan_llama": "torchtitan.train"}
 GLUON_NLP_SIZES = {"bert_12_768_12": "base", "bert_24_1024_16": "large"}
 #: DLE's own config next to run_pretraining.py (PyTorch/LanguageModeling/BERT/bert_config.json) is BERT-large
 DLE_OWN_CONFIG = ("bert_config.json", "large")

@@ -51,7 +51,8 @@ def _latency(cell: Mapping[str, Any]) -> bool:
 def cell_figures(cell: Mapping[str, Any]) -> dict[str, float]:
     """The exported figures of one result cell (only those it has): ``throughput`` (global
     samples/s), ``latency_ms`` (latency suites), ``speedup``, ``efficiency``, ``cv`` (a ratio),
-    ``valid_trials``."""
+    ``valid_trials``; LLM cells also ``tokens_per_sec_per_gpu``, ``tflops_per_gpu`` (full attention
+    convention), ``mfu_pct``, ``step_time_ms``, ``energy_j_per_token`` (report/llm_summary.py)."""
     out: dict[str, float | None] = {
         "throughput": _num(cell.get("throughput")) if _latency(cell) else _num(cell.get("median_speed")),
         "latency_ms": _num(cell.get("median_speed")) if _latency(cell) else None,
@@ -60,6 +61,9 @@ def cell_figures(cell: Mapping[str, Any]) -> dict[str, float]:
         "cv": _num(cell.get("cv")),
         "valid_trials": _num(cell.get("n_valid")),
     }
+    figs = (cell.get("llm") or {}).get("figures") or {}
+    for name in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu_pct", "step_time_ms", "energy_j_per_token"):
+        out[name] = _num((figs.get(name) or {}).get("median"))
     return {k: v for k, v in out.items() if v is not None}
 
 

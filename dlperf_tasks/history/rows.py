@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from dlperf_tasks.report.flags import NOISY_CV, flags_text
+from dlperf_tasks.report.llm_summary import llm_row
 
 
 def ls_rows(summaries: Iterable[Mapping[str, Any]], framework: str | None = None, model: str | None = None,
@@ -47,7 +48,7 @@ def show_rows(result: Mapping[str, Any]) -> list[dict]:
                      "min": c.get("min"), "max": c.get("max"),
                      "speedup": c.get("speedup"), "valid": c.get("n_valid"), "invalid": c.get("n_invalid"),
                      "cv": c.get("cv"), "noisy": is_noisy(c.get("cv")), "unit": c.get("unit"),
-                     "flags": flags_text(c),
+                     "flags": flags_text(c), "llm": llm_row(c),
                      "invalid_reasons": sorted({t.get("reason") or t.get("status") for t in c.get("trials") or []
                                                 if t.get("status") != "OK" and (t.get("reason") or t.get("status"))})})
     return rows

@@ -37,6 +37,7 @@ from operator import sub
 from collections.abc import Mapping
 
 from dlperf_tasks.frameworks.base import Framework
+from dlperf_tasks.measure import llm_result
 from dlperf_tasks.measure.trained import grad_norm_problems, model_problems
 from dlperf_tasks.core.model import MetricKind, ParsedLog, Samples, Trial, TrialMetric, TrialResult, TrialStatus, Window
 
@@ -320,6 +321,11 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
     except Exception as exc:
         if not reasons:  # only worth saying when nothing else explains it
             reasons.append(f"speed rule failed: {type(exc).__name__}: {exc}")
+    if metric is not None and framework.llm_name:
+        try:
+            llm_result.attach(framework.llm_name, cell, parsed, window, metric)
+        except Exception as exc:  # the figures beside the metric must not take the trial down
+            metric.details["llm"] = {"error": f"{type(exc).__name__}: {exc}"}
     bound = plausible_max_per_gpu if plausible_max_per_gpu is not None else framework.plausible_max_per_gpu
     floor_ms = _latency_floor(framework, cell, parsed.facts)
     world = cell.topology.world_size

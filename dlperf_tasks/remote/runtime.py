@@ -88,6 +88,13 @@ class HostRuntime:
                 + [f"process {p}" for p in out.get("procs", [])])
 
 
+def _tag(image: str) -> str:
+    """The tag of ``registry/repo:tag[@digest]`` ("" when none)."""
+    ref = image.split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    return last.rsplit(":", 1)[1] if ":" in last else ""
+
+
 class DockerRuntime(HostRuntime):
     kind = "docker"
 
@@ -95,7 +102,11 @@ class DockerRuntime(HostRuntime):
                  sshd_command: list[str] | None = None, ssh_port: int | None = None):
         self.spec = spec
         self.ssh_port = int(ssh_port or spec.sshd_port or 22)
-        self.image = image or spec.image
+        # the catalog's pinned digest: pulled by digest and checked on every node; it pins the
+        # catalog's tag, also through a site mirror (same tag), not another tag (conf image_tag)
+        self.pinned_digest = spec.digest if spec.digest and _tag(image or spec.image) == _tag(spec.image) else None
+        base = image or spec.image
+        self.image = f"{base}@{self.pinned_digest}" if self.pinned_digest and "@" not in base else base
         self.registry = registry
         self.sshd_command = sshd_command
         self._mpi_key: tuple[str, str] | None = None
@@ -116,6 +127,7 @@ class DockerRuntime(HostRuntime):
                 facts.pulled = True
                 res = pool.run(node, image_inspect_command(self.image), timeout=60, check=True)
             facts.image_digest = parse_digest(res.stdout, self.image)
+            self.check_pinned(node, facts.image_digest)
             return
         password = reg.resolve_password()
         if not password:
@@ -125,6 +137,16 @@ class DockerRuntime(HostRuntime):
         facts.pulled, line = engine.registry_pull(pool, node, self.image, server=reg.server,
                                                   username=reg.resolve_username(), password=password)
         facts.image_digest = parse_digest(line, self.image)
+        self.check_pinned(node, facts.image_digest)
+
+    def check_pinned(self, node: str, seen: str | None) -> None:
+        """Refuse the trial when the node's image is not the digest the catalog pins."""
+        if not self.pinned_digest:
+            return
+        got = (seen or "").rpartition("@")[2]
+        if got != self.pinned_digest:
+            raise RemoteError(f"node {node}: image {self.image} has digest {got or '(none)'}, the catalog pins "
+                              f"{self.pinned_digest}: trial refused (a retagged or rebuilt image)", node=node)
 
     def probe_flags(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:
         """Start a throwaway container per optional suite flag (ulimits, caps, devices, privileged); a flag the

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dlperf_tasks.report.llm_summary import llm_flags
+
 # A cell whose trials spread more than this (stdev / mean) is flagged noisy: its median is not
 # worth comparing until the cause (thermal, a shared node, a straggler) is found.
 NOISY_CV = 0.05
@@ -30,7 +32,7 @@ def cell_flags(c: Mapping[str, Any], cv_bound: float = NOISY_CV) -> list[str]:
     if isinstance(st, Mapping) and st.get("steady") is False:
         out.append("unsteady window" + (f": {', '.join(map(str, st.get('unsteady_trials') or []))}"
                                         if st.get("unsteady_trials") else ""))
-    return out
+    return out + llm_flags(c)
 
 
 def row_flags(c: Mapping[str, Any]) -> list[str]:

@@ -33,6 +33,7 @@ from pathlib import Path
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from dlperf_tasks.report.llm_summary import cell_llm
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.core.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
 from dlperf_tasks.measure.extract import dlperf_model_key
@@ -244,6 +245,7 @@ def cell_to_dict(st: CellStats, samples_of: Callable[[TrialResult], Any] | None 
         "memory_mib": st.memory_mib,
         "throughput": st.throughput,
         "trials": [trial_to_dict(t, samples_of) for t in st.trials],
+        **({"llm": llm} if (llm := cell_llm(st.trials)) is not None else {}),
     }
 
 

@@ -14,6 +14,7 @@ from dlperf_tasks.history import export, links
 from dlperf_tasks.history.basis import badge, basis_line, basis_of
 from dlperf_tasks.history.check import read_recorded
 from dlperf_tasks.history.rows import show_rows
+from dlperf_tasks.report.llm_summary import LLM_COLUMNS
 from dlperf_tasks.report.plots import plot_specs, render_plot
 from dlperf_tasks.web.access import Viewer
 from dlperf_tasks.web.site import FILES, Site, current_viewer, previous_run, site_of
@@ -47,7 +48,8 @@ def run_page(request: Request, run_id: str, viewer: Viewer = Depends(current_vie
     basis = basis_of(regressions)
     return site.page(request, "run.html", viewer, run={"run_id": run.get("run_id", run_id), "suite": suite},
                      basis=basis, basis_text=basis_line(basis), basis_badge=badge(basis),
-                     meta=meta + env_items, cells=show_rows(result), plots=archived or plot_specs(result),
+                     meta=meta + env_items, cells=show_rows(result), llm_columns=LLM_COLUMNS,
+                     plots=archived or plot_specs(result),
                      regressions=regressions, flagged=flagged, dag_links=_dag_links(site, suite, run),
                      files=[f for f in FILES if f in paths], previous=previous,
                      confirmations=(confirmations or {}).get("findings") or {}, decisions=summary_lines(run))

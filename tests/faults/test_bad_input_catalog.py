@@ -114,8 +114,8 @@ TYPE_CASES = {
                           "invalid topology"),
     "topology_duplicate": (_mut("smoke", lambda d: d.update(topologies=["1n1g", "1n1g"])), "topologies[1]",
                            "duplicate topology"),
-    "precision_unknown": (_mut("smoke", lambda d: d.update(precisions=["fp8"])), "precisions[0]",
-                          "unknown precision 'fp8'"),
+    "precision_unknown": (_mut("smoke", lambda d: d.update(precisions=["fp4"])), "precisions[0]",
+                          "unknown precision 'fp4'"),
     "framework_unknown": (_mut("smoke", lambda d: d.update(framework="caffe")), "framework",
                           "unknown framework 'caffe'"),
     "image_is_number": (_mut("mxnet-bert", lambda d: d["container"].update(image=5)), "container.image",
@@ -170,7 +170,7 @@ LAYOUT_CASES = {
                                  "accumulation_steps = 8 != global_batch/(micro_batch*dp) = 32"),
     "zero_gpus": (_layout(0, gpus=0), "layouts[0].gpus (DP_1x1x1_2_1536x16)", "gpus = 0 must be >= 1"),
     "duplicate_case": (_layout(1, case="DP_1x1x1_2_1536x16"), "layouts[1]", "duplicate case 'DP_1x1x1_2_1536x16'"),
-    "unknown_group": (_layout(0, group="TP"), "layouts[0].group", "is not one of"),
+    "unknown_group": (_layout(0, group="TP 2"), "layouts[0].group", "does not match"),
 }
 
 
@@ -194,11 +194,11 @@ def test_layouts_on_a_non_megatron_suite_are_refused(tmp_path, capsys):
 
 def test_every_problem_of_a_file_is_reported_at_once(tmp_path, capsys):
     d = builtin("smoke")
-    d.update(trials=0, precisions=["fp8"], topologies=["2x8"], framework="nope")
+    d.update(trials=0, precisions=["fp4"], topologies=["2x8"], framework="nope")
     p = write(tmp_path, d, "many")
     rc, _, err = cli(capsys, "catalog", "check", str(p))
     assert rc == 2
-    for words in ("trials = 0", "unknown precision 'fp8'", "invalid topology '2x8'", "unknown framework 'nope'"):
+    for words in ("trials = 0", "unknown precision 'fp4'", "invalid topology '2x8'", "unknown framework 'nope'"):
         assert words in err, err
     assert all(x.startswith(f"{p}:") for x in err.strip().splitlines())
 
@@ -322,7 +322,8 @@ def _dagbag(monkeypatch, catalog_dir: Path):
     return DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags"))
 
 
-ALL_DAGS = {"dlperf_mxnet", "dlperf_pytorch", "dlperf_tensorflow", "dlperf_megatron", "dlperf_smoke"}
+ALL_DAGS = {"dlperf_mxnet", "dlperf_pytorch", "dlperf_tensorflow", "dlperf_megatron", "dlperf_smoke",
+            "dlperf_megatron_bridge", "dlperf_torchtitan"}
 
 
 def test_a_broken_site_suite_hides_only_itself(tmp_path, monkeypatch, airflow_home):

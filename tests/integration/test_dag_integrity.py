@@ -17,6 +17,8 @@ EXPECTED = {
     "dlperf_tensorflow": {"tensorflow-bert"},
     "dlperf_megatron": {"megatron-gpt"},
     "dlperf_smoke": {"smoke"},
+    "dlperf_megatron_bridge": {"llama31-8b-megatron-bridge", "llama31-70b-megatron-bridge"},
+    "dlperf_torchtitan": {"llama31-8b-torchtitan"},
 }
 TASKS = ["plan", "prepare", "trial", "adaptive_more", "trial_more", "collect", "aggregate", "report", "publish",
          "cleanup", "confirm_plan", "confirm_trigger"]

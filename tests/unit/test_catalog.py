@@ -13,7 +13,7 @@ from dlperf_tasks.catalog import BUILTIN_DIR, list_suites, load_suite
 from dlperf_tasks.catalog.validate import suite_to_dict
 from dlperf_tasks.core.errors import CatalogError
 
-SUITE_IDS = ["megatron-gpt", "mxnet-bert", "mxnet-resnet50", "pytorch-bert", "smoke", "tensorflow-bert"]
+SUITE_IDS = ["llama31-70b-megatron-bridge", "llama31-8b-megatron-bridge", "llama31-8b-torchtitan", "megatron-gpt", "mxnet-bert", "mxnet-resnet50", "pytorch-bert", "smoke", "tensorflow-bert"]
 
 
 def test_every_builtin_suite_loads():

@@ -33,7 +33,13 @@ ENTRY_POINTS = {
                        ["scripts/classification/imagenet/train_horovod.py"], True),
     "megatron_gpt": ("NVIDIA/Megatron-LM", "8aa4619f2b2a57b5725026a50ebd2b15e8121482",
                      ["megatron/arguments.py"], False),
+    "megatron_bridge": ("NVIDIA-NeMo/Megatron-Bridge", "067f987df03b8355b03192d88d70f1709fedf51a",
+                        ["scripts/performance/argument_parser.py"], True),
 }
+#: torchtitan's CLI (tyro over Trainer.Config): the sections of torchtitan/config/configs.py it reads
+TORCHTITAN = ("pytorch/torchtitan", "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a", "torchtitan/config/configs.py",
+              {"TrainingConfig": "training", "ParallelismConfig": "parallelism", "CompileConfig": "compile",
+               "CommConfig": "comm", "DebugConfig": "debug"})
 PATCHED = {
     "mxnet_resnet50": [
         {"flags": ["--num-batches"], "dest": "num_batches", "action": "store", "type": "int", "default": None,
@@ -73,7 +79,9 @@ def arguments(source: str) -> list[dict]:
         action = _literal(kw["action"]) if "action" in kw else "store"
         typ = kw.get("type")
         tname = typ.id if isinstance(typ, ast.Name) else ("str" if typ is not None else None)
-        dest = _literal(kw["dest"]) if "dest" in kw else flags[0].lstrip("-").replace("-", "_")
+        # argparse: the first long option names the attribute, else the first short one
+        long_flags = [f for f in flags if f.startswith("--")]
+        dest = _literal(kw["dest"]) if "dest" in kw else (long_flags or flags)[0].lstrip("-").replace("-", "_")
         arg = {"flags": flags, "dest": dest, "action": action,
                "type": tname if tname in ("int", "float", "str") else "str",
                "required": bool(_literal(kw["required"])) if "required" in kw else False,
@@ -128,7 +136,32 @@ def main(argv=None) -> int:
         write(name, {"entry_point": name, "repo": f"https://github.com/{repo}", "commit": commit, "paths": paths,
                      "parser": "argparse", "allow_abbrev": abbrev, "arguments": args})
     write("tensorflow_bert", tensorflow_contract())
+    if TORCHTITAN[0] in mirrors:
+        write("torchtitan_llama", torchtitan_contract(mirrors[TORCHTITAN[0]]))
     return 0
+
+
+def torchtitan_contract(git_dir: str) -> dict:
+    """``--module``/``--config`` (config/manager.py) and ``--<section>.<field>`` of the sections read."""
+    repo, commit, path, sections = TORCHTITAN
+    src = subprocess.run(["git", "--git-dir", git_dir, "show", f"{commit}:{path}"],
+                         check=True, capture_output=True, text=True).stdout
+    args = [{"flags": [f"--{n}"], "dest": n, "action": "store", "type": "str", "required": True, "default": None}
+            for n in ("module", "config")]
+    args += [{"flags": [f"--{n}"], "dest": n, "action": "store", "type": "str", "required": False, "default": None}
+             for n in ("hf_assets_path", "dump_folder")]
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.ClassDef) and node.name in sections:
+            for b in node.body:
+                if isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name):
+                    kind = ast.unparse(b.annotation)
+                    args.append({"flags": [f"--{sections[node.name]}.{b.target.id}"],
+                                 "dest": f"{sections[node.name]}.{b.target.id}",
+                                 "action": "store_true" if kind == "bool" else "store",
+                                 "type": kind if kind in ("int", "float", "str", "bool") else "str",
+                                 "required": False, "default": None})
+    return {"entry_point": "torchtitan_llama", "repo": f"https://github.com/{repo}", "commit": commit,
+            "paths": ["torchtitan/config/manager.py", path], "parser": "tyro", "allow_abbrev": False, "arguments": args}
 
 
 if __name__ == "__main__":
