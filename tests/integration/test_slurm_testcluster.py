@@ -2,7 +2,13 @@
 simulated node + slurmdbd + MUNGE, reached through a login node over SSH. The GPUs are simulated
 (gres backed by /dev/null-like devices); everything else here is the real Slurm."""
 
+import json
+import re
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slurm]
 
@@ -54,3 +60,40 @@ def test_killed_slurmd_shows_the_node_not_responding_then_back(slurm_cluster_cle
         assert state != "idle"
         assert c.node_states()["node3"] == "idle"      # only that node
     assert c.node_states()["node4"] == "idle"
+
+
+def _pyxis_options() -> dict:
+    data = json.loads((ROOT / "dlperf_tasks" / "remote" / "pyxis_options.json").read_text())
+    return {o["name"]: o["arg"] for o in data["options"]}
+
+
+def test_pyxis_standin_takes_exactly_pyxis_options(slurm_cluster):
+    """The stand-in plugin registers pyxis 0.24.0's options (data read from pyxis's args.c), with the same
+    arguments, so a pyxis command line that works here has pyxis's flag names and shapes."""
+    helptext = slurm_cluster.ssh("srun --help")
+    assert helptext.returncode == 0, helptext.stderr
+    seen = {m.group(1): m.group(2) for m in re.finditer(r"^\s+(--(?:no-)?container-[a-z-]+)(?:=(\S+))?", helptext.stdout,
+                                                         re.M)}
+    assert seen == _pyxis_options()
+
+
+def test_pyxis_flags_run_the_step_inside_the_image(slurm_cluster_clean, sim_cluster):
+    c = slurm_cluster_clean
+    image = sim_cluster.image("pytorch:20.06-py3").replace("/", "#", 1)     # enroot URI: REGISTRY#IMAGE:TAG
+    (c.shared / "mounted.txt").write_text("from the shared filesystem\n")
+    step = c.ssh(f"cd {c.shared} && srun -N2 -p {c.partition} --gpus-per-node=8 --container-image={image} "
+                 f"--container-mounts={c.shared}:/mnt/shared:ro --container-workdir=/workspace/bert "
+                 "--no-container-mount-home bash -c 'echo $SLURMD_NODENAME $PWD $(cat /mnt/shared/mounted.txt); "
+                 "test -f run_pretraining.py && echo image-ok'")
+    assert step.returncode == 0, step.stderr
+    out = sorted(step.stdout.splitlines())
+    assert out == ["image-ok", "image-ok", "node1 /workspace/bert from the shared filesystem",
+                   "node2 /workspace/bert from the shared filesystem"]
+    c.wait_containers(lambda ids: ids == [], timeout=30)     # unnamed containers go with their step
+
+
+def test_pyxis_image_that_cannot_be_imported_fails_the_step(slurm_cluster_clean):
+    c = slurm_cluster_clean
+    step = c.ssh(f"cd {c.shared} && srun -N1 -p {c.partition} --container-image=127.0.0.1:5000#nvidia/nosuch:1 true")
+    assert step.returncode == 1
+    assert "pyxis: failed to start a container of 127.0.0.1:5000#nvidia/nosuch:1" in step.stderr
