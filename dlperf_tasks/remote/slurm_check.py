@@ -39,9 +39,12 @@ class Finding:
         return f"{'ok  ' if self.ok else 'FAIL'}  {self.field}: {self.text}"
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def _one_line(text: str, limit: int = 300, about: str = "") -> str:
+    """The lines that say why (the first naming ``about``, e.g. ``pyxis:``, then the last) as one line."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    out = " | ".join(lines[-2:]) if lines else "(no output)"
+    named = [ln for ln in lines if about and about in ln][:1]
+    picked = named + [ln for ln in lines[-1:] if ln not in named] if named else lines[-2:]
+    out = " | ".join(picked) if picked else "(no output)"
     return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
@@ -180,7 +183,8 @@ def container_findings(cluster: SlurmCluster, pool, login: str, image: str | Non
     if "Unable to allocate resources" in out.stderr and ("busy" in out.stderr or "immediate" in out.stderr):
         return [Finding(False, field, f"not checked: no node of partition {cluster.slurm.partition} "
                                       f"was free within {_IMMEDIATE_S} s")]
-    return [Finding(False, field, f"{what} failed (exit {out.rc}): {_one_line(out.stderr or out.stdout)}")]
+    about = f"{cluster.slurm.container}:" if cluster.slurm.container != "none" else ""
+    return [Finding(False, field, f"{what} failed (exit {out.rc}): {_one_line(out.stderr or out.stdout, about=about)}")]
 
 
 def login_findings(cluster: SlurmCluster, pool) -> tuple[str | None, list[Finding]]:

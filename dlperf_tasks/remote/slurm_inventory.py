@@ -158,11 +158,11 @@ class SlurmCluster:
         if str(data.get("scheduler", "")).strip().lower() != "slurm":
             raise RemoteError(f"{source}: scheduler: must be 'slurm' for a Slurm cluster file, "
                               f"got {data.get('scheduler')!r}")
+        if "nodes" in data:
+            raise RemoteError(f"{source}: nodes: a Slurm cluster file names login hosts ('login'), not nodes")
         unknown = sorted(set(data) - _TOP_KEYS)
         if unknown:
             raise RemoteError(f"{source}: unknown key(s) {unknown} in a Slurm cluster file; known: {sorted(_TOP_KEYS)}")
-        if "nodes" in data:
-            raise RemoteError(f"{source}: nodes: a Slurm cluster file names login hosts ('login'), not nodes")
         login = _login_nodes(data.get("login"), data.get("defaults") or {}, source)
         slurm = _settings(data.get("slurm"), source)
         reg = data.get("registry")
