@@ -40,6 +40,7 @@ def test_example_file_loads_and_holds_no_secret():
         "batch", "dl-bench", "normal", None, 8, "pyxis", "pmix")
     assert s.sbatch_options() == ["--partition=batch", "--account=dl-bench", "--qos=normal", "--time=0-00:30:00"]
     assert "password" not in EXAMPLE.read_text().replace("# ", "")
+    assert "## `slurm-cluster.yaml`" in (ROOT / "examples" / "README.md").read_text()
     assert c.public_dict() == {"name": "superpod", "scheduler": "slurm", "partition": "batch", "gpus_per_node": 8,
                                "container": "pyxis"}
 
@@ -152,3 +153,32 @@ def test_check_step_per_container_mode(tmp_path):
         assert argv[-len(tail):] == tail and not any(a.startswith("--container") for a in argv)
     bare = SlurmCluster.from_yaml(_write(tmp_path, GOOD))
     assert container_step(bare, None) == (None, "no image to try: set slurm.check_image (or pass --image)")
+
+
+class _ConfigOnlyLogin:
+    """Answers the one command the account check sends first (``scontrol show config``) with the
+    config lines of a Slurm that keeps no accounting (as Slurm 22.05 prints them); any other command
+    would be a bug here: without accounting the check must not query sacctmgr."""
+
+    def __init__(self):
+        self.commands = []
+
+    def run(self, name, command, timeout=None):
+        from dlperf_tasks.remote.ssh import CommandResult
+
+        self.commands.append(command)
+        assert command == "scontrol show config", command
+        return CommandResult(name, command, 0, "AccountingStorageType   = accounting_storage/none\n"
+                                               "ClusterName             = c\n", "")
+
+
+def test_account_without_accounting_says_it_is_not_checked(tmp_path):
+    from dlperf_tasks.remote.slurm_check import account_findings
+
+    c = SlurmCluster.from_yaml(_write(tmp_path, GOOD))
+    pool = _ConfigOnlyLogin()
+    [finding] = account_findings(c, pool, "login")
+    assert finding.ok and finding.line() == (
+        "ok    slurm.account: not checked: the cluster keeps no accounting "
+        "(AccountingStorageType=accounting_storage/none); Slurm accepts any name")
+    assert pool.commands == ["scontrol show config"]
