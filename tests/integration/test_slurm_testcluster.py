@@ -88,3 +88,29 @@ def test_pyxis_image_that_cannot_be_imported_fails_the_step(slurm_cluster_clean)
     step = c.ssh(f"cd {c.shared} && srun -N1 -p {c.partition} --container-image=127.0.0.1:5000#nvidia/nosuch:1 true")
     assert step.returncode == 1
     assert "pyxis: failed to start a container of 127.0.0.1:5000#nvidia/nosuch:1" in step.stderr
+
+
+def test_standin_trainer_runs_as_a_batch_job_in_the_image(slurm_cluster_clean, sim_cluster):
+    """sbatch on the login node, one srun step with pyxis flags, 2 nodes x 2 tasks of the stand-in
+    trainer (rank and world from Slurm's environment), one log per rank on the shared directory."""
+    c = slurm_cluster_clean
+    image = sim_cluster.image("pytorch:20.06-py3").replace("/", "#", 1)
+    logs = c.shared / "standin-job"
+    logs.mkdir(exist_ok=True)
+    script = (f"#!/bin/bash\nsrun --container-image={image} --container-mounts={logs}:{logs} --no-container-mount-home "
+              f"-o {logs}/rank%t.log bash -c 'dlperf-standin --format pytorch_bert --speed 100 --iters 3 "
+              "--time-scale 0 --rank $SLURM_PROCID --world $SLURM_NTASKS --nodes $SLURM_NNODES "
+              "--local-rank $SLURM_LOCALID'\n")
+    (logs / "job.sh").write_text(script)
+    sub = c.ssh(f"cd {logs} && sbatch --parsable -J dlperf-standin -p {c.partition} -A {c.account} --qos={c.qos} "
+                f"-N2 --ntasks-per-node=2 --gpus-per-node=8 --exclusive --time=5 {logs}/job.sh")
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip()
+    acct = c.wait_sacct(job_id, timeout=120)
+    assert (acct["state"], acct["exit"]) == ("COMPLETED", "0:0")
+    # the step's row: for a job of a few seconds slurmdbd may keep only the batch host on the allocation row
+    step = c.run("sacct", "-n", "-P", "-j", f"{job_id}.0", "-o", "NodeList,NTasks,State").stdout.split()
+    assert step == ["node[1-2]|4|COMPLETED"]
+    assert sorted(p.name for p in logs.glob("rank*.log")) == [f"rank{r}.log" for r in range(4)]
+    final = (logs / "rank0.log").read_text().splitlines()[-1]
+    assert "training_sequences_per_second : 100.0" in final
