@@ -189,7 +189,8 @@ def container_findings(cluster: SlurmCluster, pool, login: str, image: str | Non
 
 def login_findings(cluster: SlurmCluster, pool) -> tuple[str | None, list[Finding]]:
     """Try each login host; the first that answers with Slurm's tools is used for the rest."""
-    found, chosen = [], None
+    found: list[Finding] = []
+    chosen: str | None = None
     for node in cluster.login:
         try:
             out = pool.run(node.name, "sinfo --version", timeout=30)

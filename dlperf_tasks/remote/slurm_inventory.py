@@ -62,12 +62,13 @@ def parse_time_limit(value: Any, what: str) -> int:
     m = _TIME_RE.match(text)
     if not m or isinstance(value, bool):
         raise RemoteError(f"{what}: {value!r} is not a Slurm time (minutes, MM:SS, HH:MM:SS or D-HH:MM:SS)")
-    days, a, b, c = (int(g) if g is not None else None for g in m.groups())
+    days, first, second, third = m.groups()
+    a, b, c = int(first), int(second or 0), int(third or 0)
     if days is not None:                       # D-H, D-H:M, D-H:M:S
-        seconds = days * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
-    elif c is not None:                        # H:M:S
+        seconds = int(days) * 86400 + a * 3600 + b * 60 + c
+    elif third is not None:                    # H:M:S
         seconds = a * 3600 + b * 60 + c
-    elif b is not None:                        # M:S
+    elif second is not None:                   # M:S
         seconds = a * 60 + b
     else:                                      # M
         seconds = a * 60
@@ -206,11 +207,9 @@ def _login_nodes(raw: Any, defaults: Any, source: str) -> tuple[Node, ...]:
     return tuple(out)
 
 
-def _name(s: Mapping, key: str, source: str, required: bool = False) -> str | None:
+def _name(s: Mapping, key: str, source: str) -> str | None:
     value = s.get(key)
     if value is None or value == "":
-        if required:
-            raise RemoteError(f"{source}: slurm.{key}: missing")
         return None
     text = str(value)
     if not _NAME_RE.match(text):
@@ -233,6 +232,9 @@ def _settings(raw: Any, source: str) -> SlurmSettings:
     unknown = sorted(set(raw) - _SLURM_KEYS)
     if unknown:
         raise RemoteError(f"{source}: slurm: unknown key(s) {unknown}; known: {sorted(_SLURM_KEYS)}")
+    partition = _name(raw, "partition", source)
+    if partition is None:
+        raise RemoteError(f"{source}: slurm.partition: missing")
     work_dir = str(raw.get("work_dir") or "")
     if not work_dir:
         raise RemoteError(f"{source}: slurm.work_dir: missing (a directory on the filesystem every node shares)")
@@ -256,7 +258,7 @@ def _settings(raw: Any, source: str) -> SlurmSettings:
     if check_image is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.:/@#-]*$", str(check_image)):
         raise RemoteError(f"{source}: slurm.check_image: {check_image!r} is not an image reference")
     return SlurmSettings(
-        partition=_name(raw, "partition", source, required=True), account=_name(raw, "account", source),
+        partition=partition, account=_name(raw, "account", source),
         qos=_name(raw, "qos", source), reservation=_name(raw, "reservation", source),
         time_limit_s=parse_time_limit(raw.get("time_limit", "01:00:00"), f"{source}: slurm.time_limit"),
         gpus_per_node=_int(raw, "gpus_per_node", source, 8, 0), work_dir=work_dir.rstrip("/") or "/",
