@@ -107,13 +107,24 @@ def test_validate_before_submit_is_one_error_naming_file_and_field(slurm_cluster
     assert _next_job_id(c) == before and c.jobs() == []
 
 
-def test_killed_slurmd_shows_not_responding_and_the_check_names_it(slurm_cluster_clean, capsys):
+def test_killed_slurmd_shows_not_responding_and_the_check_names_it(slurm_cluster_clean, sim_cluster, capsys):
+    """A node dies mid-job (its slurmd, steps and containers killed): sinfo shows it not responding,
+    the check names it, and its job ends NODE_FAIL with no container left."""
     c = slurm_cluster_clean
+    image = sim_cluster.image("pytorch:20.06-py3").replace("/", "#", 1)
+    sub = c.ssh(f"cd {c.shared} && sbatch --parsable -p {c.partition} -w node4 -N1 --exclusive --wrap "
+                f"'srun --container-image={image} --no-container-mount-home sleep 300'")
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip()
+    c.wait_job(job_id, "RUNNING")
+    c.wait_containers(lambda ids: len(ids) == 1, timeout=60)
     with c.slurmd_killed("node4"):
+        assert c.containers() == []
         state = c.wait_node("node4", lambda s: s.endswith("*") or s.startswith("down"), timeout=90)
         assert c.node_states()["node3"] == "idle"      # only that node
         rc, lines = _check(c.yaml_path, capsys)
         named = [ln for ln in lines if ln.startswith("ok    nodes: node4 is ")]
         assert len(named) == 1 and state.rstrip("*") in named[0], lines
         assert rc == 0        # three nodes are still usable: named, not fatal
+        assert c.wait_sacct(job_id, timeout=90)["state"] == "NODE_FAIL"
     assert c.node_states()["node4"] == "idle"
