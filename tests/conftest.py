@@ -11,6 +11,6 @@ if str(ROOT) not in sys.path:
 
 pytest_plugins = [
     p
-    for p in ("tests.fixtures.cluster", "tests.fixtures.s3", "tests.fixtures.airflow_env")
+    for p in ("tests.fixtures.cluster", "tests.fixtures.slurm", "tests.fixtures.s3", "tests.fixtures.airflow_env")
     if (ROOT / (p.replace(".", "/") + ".py")).exists()
 ]

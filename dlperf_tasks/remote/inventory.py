@@ -299,6 +299,10 @@ class Cluster:
     def from_dict(cls, data: Mapping[str, Any], source: str = "inventory") -> "Cluster":
         if not isinstance(data, Mapping):
             raise RemoteError(f"{source}: expected a mapping with 'nodes', got {type(data).__name__}")
+        scheduler = str(data.get("scheduler", "docker")).strip().lower()
+        if scheduler != "docker":
+            raise RemoteError(f"{source}: scheduler: {scheduler!r} is not a Docker-over-SSH cluster; a Slurm cluster "
+                              f"file is read by remote/slurm_inventory.py (docs/slurm.md)")
         defaults = data.get("defaults") or {}
         if not isinstance(defaults, Mapping):
             raise RemoteError(f"{source}: 'defaults' must be a mapping")
