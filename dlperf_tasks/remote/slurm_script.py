@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from dlperf_tasks.core.errors import PlanError
 from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
+from dlperf_tasks.remote.slurm_inventory import enroot_uri
 
 CONTAINER_MODES = ("pyxis", "apptainer", "singularity", "none")
 #: a placeholder address a framework's launch gets for node k; replaced by ``"${DLPERF_HOST_<k>}"``
@@ -56,6 +57,7 @@ class SlurmOptions:
     mounts: tuple[str, ...] = ()  # extra SRC:DST[:FLAGS] for pyxis / apptainer
     exclude: tuple[str, ...] = ()  # quarantined node names
     gres: bool = True  # ask for --gpus-per-node (clusters without GPU gres set it False)
+    mpi: str = "pmix"  # srun --mpi= for the suites the seeds launched with mpirun
 
     def __post_init__(self) -> None:
         for key in ("partition", "account", "qos", "reservation"):
@@ -64,6 +66,8 @@ class SlurmOptions:
                 raise PlanError(f"slurm: {key} {value!r} is not a Slurm name ([A-Za-z0-9_.:+-], at most 128)")
         if self.time_limit is not None and not _TIME.match(str(self.time_limit)):
             raise PlanError(f"slurm: time_limit {self.time_limit!r} is not MM, HH:MM:SS or D-HH:MM:SS")
+        if self.mpi not in ("pmix", "pmi2", "none"):
+            raise PlanError(f"slurm: mpi {self.mpi!r} is not pmix, pmi2 or none")
         if self.container not in CONTAINER_MODES:
             raise PlanError(f"slurm: container {self.container!r} is not one of {', '.join(CONTAINER_MODES)}")
         if not self.shared_dir.startswith("/") or any(ord(c) < 32 for c in self.shared_dir):
@@ -74,6 +78,15 @@ class SlurmOptions:
         for m in self.mounts:
             if "," in m or any(ord(c) < 32 for c in m):
                 raise PlanError(f"slurm: mount {m!r} must be SRC:DST[:FLAGS] without commas")
+
+
+def options_of(settings, quarantined=()) -> SlurmOptions:
+    """The submission options of a cluster file's ``slurm:`` section (``slurm_inventory.SlurmSettings``),
+    its ``exclude`` list joined by the quarantined nodes."""
+    return SlurmOptions(shared_dir=settings.work_dir, partition=settings.partition, account=settings.account,
+                        qos=settings.qos, reservation=settings.reservation, time_limit=settings.time_limit,
+                        container=settings.container, mpi=settings.mpi,
+                        exclude=tuple(sorted({*settings.exclude, *quarantined})))
 
 
 @dataclass
@@ -136,15 +149,6 @@ def mpi_script_argv(argv: list[str], mpirun: str = "mpirun") -> tuple[list[str],
     return argv[:at], argv[i:]
 
 
-def enroot_uri(image: str) -> str:
-    """pyxis takes enroot's ``[REGISTRY#]IMAGE[:TAG]``: ``nvcr.io/nvidia/pytorch@sha256:..`` ->
-    ``nvcr.io#nvidia/pytorch@sha256:..`` (a first part with a dot, a colon or ``localhost`` is a registry)."""
-    first, sep, rest = image.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost") and "#" not in image:
-        return f"{first}#{rest}"
-    return image
-
-
 def container_flags(opts: SlurmOptions, image: str | None, workdir: str | None) -> list[str]:
     """pyxis's srun options for a step (empty for apptainer / none)."""
     if opts.container != "pyxis":
@@ -203,7 +207,7 @@ def render_job(opts: SlurmOptions, *, run_id: str, trial_key: str, attempt: int,
         task = f'case "$SLURM_NODEID" in\n{body}\n  *) echo "no command for node $SLURM_NODEID" >&2; exit 2 ;;\nesac'
     else:
         prefix, script = mpi_script_argv(list(specs[0].argv), mpirun)
-        step += ["--mpi=pmix", f"--ntasks-per-node={gpus_per_node}",
+        step += [f"--mpi={opts.mpi}", f"--ntasks-per-node={gpus_per_node}",
                  f"--output={log_dir}/rank-node0.log"]  # one file for every rank, as mpirun's own output
         workdir = specs[0].workdir
         task = command_line(LaunchSpec(argv=prefix + script, env=specs[0].env, workdir=workdir), env)

@@ -4,9 +4,12 @@ through the real bash to check that catalog values stay literal and node placeho
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
+
+from pathlib import Path
 
 import pytest
 
@@ -15,15 +18,13 @@ from dlperf_tasks.catalog.overrides import Overrides
 from dlperf_tasks.catalog.plan import plan
 from dlperf_tasks.core.errors import PlanError
 from dlperf_tasks.frameworks.launchspec import LaunchSpec
-from dlperf_tasks.remote.slurm_script import (SlurmOptions, command_line, enroot_uri, job_name, mpi_script_argv,
-                                              render_job)
+from dlperf_tasks.remote.slurm_inventory import enroot_uri
+from dlperf_tasks.remote.slurm_script import SlurmOptions, command_line, job_name, mpi_script_argv, render_job
 from dlperf_tasks.remote.slurm_trial import build_job
 
-#: the srun options pyxis documents (NVIDIA/pyxis README.md, "Usage", the `srun --help` excerpt)
-PYXIS_OPTIONS = {"--container-image", "--container-mounts", "--container-workdir", "--container-name",
-                 "--container-save", "--container-mount-home", "--no-container-mount-home",
-                 "--container-remap-root", "--no-container-remap-root", "--container-entrypoint",
-                 "--no-container-entrypoint"}
+ROOT = Path(__file__).resolve().parents[2]
+#: the srun options pyxis defines (its args.c and README "Usage", recorded as data with the source named)
+PYXIS = {o["name"]: o["arg"] for o in json.loads((ROOT / "dlperf_tasks/remote/pyxis_options.json").read_text())["options"]}
 IMAGE = "nvcr.io/nvidia/pytorch@sha256:" + "ab" * 32
 
 
@@ -87,8 +88,11 @@ def test_mpirun_options_without_a_slurm_meaning_are_refused_by_name():
 def test_pyxis_flags_are_documented_pyxis_options_and_use_the_digest():
     _, job = _job("pytorch-bert", "1n8g", mode="pyxis", mounts=("/data:/datasets:ro",))
     train = shlex.split(job.srun_lines[-1])
-    flags = [w.split("=", 1)[0] for w in train if w.startswith("--container") or w.startswith("--no-container")]
-    assert flags and set(flags) <= PYXIS_OPTIONS
+    flags = [w for w in train if w.startswith("--container") or w.startswith("--no-container")]
+    assert len(flags) == 3
+    for flag in flags:  # each a pyxis option, with an argument exactly where pyxis takes one
+        name, eq, _ = flag.partition("=")
+        assert name in PYXIS and bool(eq) == (PYXIS[name] is not None), flag
     assert f"--container-image={enroot_uri(IMAGE)}" in train
     assert enroot_uri(IMAGE).startswith("nvcr.io#nvidia/pytorch@sha256:")
     assert "--container-mounts=/shared/dlperf:/shared/dlperf,/data:/datasets:ro" in train
