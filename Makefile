@@ -50,6 +50,7 @@ test-env:
 
 lint: install
 	$(BIN)/ruff check dlperf_tasks dags plugins tests bench docker scripts
+	$(BIN)/mypy
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit -q -m "not slow" $(PYTEST_ARGS)

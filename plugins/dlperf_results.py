@@ -46,9 +46,9 @@ DAG_PREFIX = "dlperf_"
 
 def _store():
     from dlperf_tasks.airflow import settings
-    from dlperf_tasks.history.source import open_store
+    from dlperf_tasks.history.source import store_for
 
-    return open_store(settings=settings.load())  # $DLPERF_STORE_URL, else [dlperf] store_url, else the default
+    return store_for(settings=settings.load())  # $DLPERF_STORE_URL, else [dlperf] store_url, else the default
 
 
 @functools.lru_cache(maxsize=1)

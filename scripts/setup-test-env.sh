@@ -2,7 +2,7 @@
 # setup-test-env.sh - install and start the system parts the test-suite uses.
 #
 # Runs as root on a fresh Debian bookworm machine (CI included) that reaches only the
-# PyPI and Debian mirrors. Idempotent: a second run only checks and takes ~1 s.
+# PyPI and Debian mirrors. Idempotent: a second run only checks.
 #
 #   bash scripts/setup-test-env.sh            # everything (called by `make test`)
 #   bash scripts/setup-test-env.sh --docker   # only make sure dockerd answers

@@ -13,7 +13,7 @@ Task graph (same for every DAG)::
          -> confirm_plan -> confirm_trigger (mapped: one follow-up run per regression finding)
     cleanup: a teardown that always runs (stops leftovers, cleans the nodes)
 
-Issue 17 (docs/decisions.md): a trial beyond a cell's minimum records itself SKIPPED when the
+Adaptive trials (docs/decisions.md): a trial beyond a cell's minimum records itself SKIPPED when the
 adaptive rule stopped its cell (the engine trial step calls the hooks of dlperf_tasks/engine/decisions.py); aggregate
 adds node health (and quarantines suspects when asked); a regression finding triggers this DAG
 again with conf ``{"confirm": plan}``, whose plan step plans the A/B trials
@@ -38,7 +38,7 @@ from dlperf_tasks.airflow import tasks
 from dlperf_tasks.airflow import notifier
 from dlperf_tasks.airflow.operators import ConfirmTriggerOperator, TrialOperator
 from dlperf_tasks.airflow.lazy import lazy_module
-# the layers below run inside the tasks only: lazy modules keep them out of every DAG parse (issue 28.4)
+# the layers below run inside the tasks only: lazy modules keep them out of every DAG parse
 abconfirm, decisions = lazy_module("dlperf_tasks.engine.abconfirm"), lazy_module("dlperf_tasks.engine.decisions")
 finish, setup = lazy_module("dlperf_tasks.engine.finish"), lazy_module("dlperf_tasks.engine.setup")
 staging, runset = lazy_module("dlperf_tasks.engine.staging"), lazy_module("dlperf_tasks.engine.runset")
@@ -157,7 +157,7 @@ def _finish_confirm(plan: dict, cfg, context) -> None:  # plan: the (rebased) ru
     (nothing is published: the A/B runs are evidence, not nightly results), then skip."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    doc = abconfirm.finish_confirm(plan, finish.open_store(cfg), dag_run_id=context["dag_run"].run_id,
+    doc = abconfirm.finish_confirm(plan, finish.engine_store(cfg), dag_run_id=context["dag_run"].run_id,
                                send=notifier.findings_sender(context, cfg.notify_url or ""))
     line = f"{doc['finding']} of {doc['run_id']}: {doc['status']} - {doc.get('note', '')}"
     print(line)
@@ -171,7 +171,7 @@ def _confirm_confs(plan: dict, published: list, cfg) -> list[dict]:
     """The follow-up runs to trigger (never from a confirmation or dry run); a failing planner
     never fails the published run."""
     try:
-        return abconfirm.trigger_confs(plan, published or [], finish.open_store(cfg))
+        return abconfirm.trigger_confs(plan, published or [], finish.engine_store(cfg))
     except Exception as exc:  # noqa: BLE001 - like the regression check: the run is published
         print(f"planning the A/B confirmations failed (nothing triggered): {type(exc).__name__}: {exc}")
         return []
@@ -271,8 +271,10 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
             """Cell statistics and every output (result.json, report.md, plots, NCCL transports,
             stragglers, index files) per run."""
             run_set = staging.enter(runset.RunSet.from_dict(plan), cfg)
-            out = finish.aggregate_runs(run_set, collected, cfg, source="dag", group_run_id=context["dag_run"].run_id)
-            for d in decisions.after_aggregate_runs(out, cfg):  # adaptive summary, node health, quarantine
+            decided = decisions.RunDecisions(cfg)  # adaptive summary, node health, quarantine
+            out = finish.aggregate_runs(run_set, collected, cfg, source="dag", group_run_id=context["dag_run"].run_id,
+                                        decide=decided)
+            for d in decided.done:
                 print(f"{d['run_id']}: suspect nodes {d['suspects'] or 'none'}, quarantined {d['quarantined'] or 'none'}"
                       + (f", adaptive trials {d['adaptive']['trials_used']} of {d['adaptive']['trials_max']}"
                          if d["adaptive"] else ""))
@@ -336,7 +338,7 @@ def build_dag(name: str, suites: list, cfg: settings_mod.DlperfSettings) -> DAG:
                         retry_delay=_dt.timedelta(seconds=20), execution_timeout=_dt.timedelta(seconds=trial_timeout),
                         map_index_template="{{ task.item.trial_id }}")
         trials = TrialOperator.partial(task_id="trial", **trial_kw).expand(item=planned)
-        # adaptive trials (issue 17): each cell's trials beyond its minimum start once the first ones
+        # adaptive trials: each cell's trials beyond its minimum start once the first ones
         # finished, read their records and run only while the cell's median is not known well enough
         more = TrialOperator.partial(task_id="trial_more", **trial_kw).expand(item=more_items(planned["more"]))
         prepared >> trials >> more

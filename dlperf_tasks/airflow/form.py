@@ -1,4 +1,4 @@
-"""The trigger form of a dlperf DAG (issue 26.6): which run parameters it shows, and how.
+"""The trigger form of a dlperf DAG: which run parameters it shows, and how.
 
 :mod:`.params` holds every field's JSON schema (what a conf may say, checked by the plan
 task and the api-server's conf guard); this module picks and dresses the subset the form
@@ -26,7 +26,7 @@ MORE_SECTION = "More options"
 #: shown in the default (open) section; every other form field goes to MORE_SECTION
 EVERYDAY = ("suites", "topologies", "batch_sizes", "precisions", "xla", "trials", "dry_run")
 #: the CI widths the form offers for adaptive trials (true = the default, 1 %)
-ADAPTIVE_WIDTHS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5)  # 0.5: the widest the adaptive rule takes (issue 17)
+ADAPTIVE_WIDTHS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5)  # 0.5: the widest the adaptive rule takes
 
 
 def applicable(suite_ids: Iterable[str]) -> set[str]:

@@ -1,6 +1,6 @@
 """Modules imported on first attribute access: DAG files name the engine, store and decision layers at
 module level, but only the tasks use them, so a DAG parse (every 30 s in the DAG processor) does not
-import them, nor the packages above them (``dlperf_tasks.store``'s ``__init__`` alone is ~60 ms)."""
+import them, nor the packages above them (every DAG parse would pay for their imports)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from dlperf_tasks.airflow import tasks
 from dlperf_tasks.airflow.settings import DlperfSettings
+from dlperf_tasks.engine.attempt import TaskTry
 
 
 #: a trial's start waits for busy nodes in its worker slot at most this long at a time ...
@@ -51,11 +52,11 @@ class TrialOperator(BaseOperator):
         self.deferrable = deferrable
         self.poll_s = poll_s
 
-    def _tries(self, context) -> tuple[int, int]:
+    def _try(self, context) -> TaskTry:
         ti = context["ti"]
         try_number = int(getattr(ti, "try_number", 1) or 1)
         max_tries = int(getattr(ti, "max_tries", self.retries) or 0) + 1  # Airflow's max_tries = retries
-        return try_number, max_tries
+        return TaskTry(try_number, max_tries, self.log.info)
 
     def _defers(self) -> bool:
         if self.deferrable is not None:
@@ -63,12 +64,12 @@ class TrialOperator(BaseOperator):
         return self.dlperf_settings.defer_trials  # DLPERF_DEFER_TRIALS
 
     def execute(self, context) -> dict[str, Any]:
-        try_number, max_tries = self._tries(context)
-        self.log.info("trial %s (try %d of %d)", self.item.get("trial_id"), try_number, max_tries)
+        attempt = self._try(context)
+        self.log.info("trial %s (try %d of %d)", self.item.get("trial_id"), attempt.number, attempt.of)
         cfg = self.dlperf_settings
         if not self._defers() or cfg.is_local or self.item.get("dry_run"):
             with _mapped_errors():
-                out = tasks.run_trial(self.item, cfg, try_number=try_number, max_tries=max_tries, log=self.log.info)
+                out = tasks.run_trial(self.item, cfg, attempt)
             return self._done(out)
         return self._start(context, time.time())
 
@@ -82,13 +83,11 @@ class TrialOperator(BaseOperator):
         defers to a timer (the slot is free for the resumes that release nodes) and tries again,
         until the settings' ``lease_wait_s`` has passed since the first try; the last try records
         the trial as not run for want of nodes (retried while tries remain), as before."""
-        try_number, max_tries = self._tries(context)
         left = max(0.0, self.dlperf_settings.lease_wait_s - (time.time() - waiting_since))
         last = left <= LEASE_SLICE_S + LEASE_RECHECK_S  # the rest of the wait fits in one slice
         with _mapped_errors():
-            got = tasks.start_trial(self.item, self.dlperf_settings, try_number=try_number, max_tries=max_tries,
-                                    log=self.log.info, lease_wait_s=left if last else LEASE_SLICE_S,
-                                    busy_returns=not last)
+            got = tasks.start_trial(self.item, self.dlperf_settings, self._try(context),
+                                    lease_wait_s=left if last else LEASE_SLICE_S, busy_returns=not last)
         if "waiting" in got:
             self.log.info("trial %s: no free nodes yet (%s): waiting %.0f s without a worker slot, then trying "
                           "again (%.0f s of %.0f s waited)", self.item.get("trial_id"), got["waiting"],
@@ -116,12 +115,10 @@ class TrialOperator(BaseOperator):
         """Back from the trigger (maybe on another worker): collect, clean, gate, record."""
         event = dict(event or {})
         state = {**(event.pop("trial", None) or {}), "watch": event.pop("watch", None)}
-        try_number, max_tries = self._tries(context)
         self.log.info("trial %s: jobs ended (%s%s): collecting", self.item.get("trial_id"), event.get("status"),
                       f": {event['reason']}" if event.get("reason") else "")
         with _mapped_errors():
-            out = tasks.resume_trial(self.item, self.dlperf_settings, state, event, try_number=try_number,
-                                     max_tries=max_tries, log=self.log.info)
+            out = tasks.resume_trial(self.item, self.dlperf_settings, state, event, self._try(context))
         return self._done(out)
 
     def _done(self, out: dict[str, Any]) -> dict[str, Any]:

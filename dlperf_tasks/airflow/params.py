@@ -93,7 +93,7 @@ def schemas(suite_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
             "values_display": {"null": "the [dlperf] policy", "continue": "continue", "fail_fast": "fail_fast"},
             "description": "continue: record failed/invalid trials and go on; fail_fast: stop the run at the first one.",
         },
-        # issue 17 in the DAG (docs/decisions.md; dlperf_tasks/engine/decisions.py, abconfirm.py)
+        # adaptive trials and node health in the DAG (docs/decisions.md; dlperf_tasks/engine/decisions.py, abconfirm.py)
         "adaptive": {
             "type": ["null", "boolean", "number"], "exclusiveMinimum": 0, "maximum": 0.5, "title": "Adaptive trials",
             "description": "true or a CI width (0.01 = 1 %): stop a cell's trials once its median is known; "
@@ -119,13 +119,6 @@ def defaults(policy: str = "continue") -> dict[str, Any]:
     return {"suites": [], "batch_sizes": [], "precisions": [], "topologies": [], "xla": None, "trials": None,
             "warmup_iters": None, "measure_iters": None, "image_tag": None, "dry_run": False, "policy": policy,
             "adaptive": None, "quarantine": None, "confirm": None}
-
-
-def dag_params(suite_ids: Iterable[str], policy: str = "continue") -> dict:
-    """Airflow ``Param`` objects for the DAG's trigger form (:mod:`.form` picks the fields)."""
-    from dlperf_tasks.airflow import form
-
-    return form.dag_params(suite_ids, policy)
 
 
 def form_choices(suite_ids: Iterable[str]) -> dict[str, list]:
@@ -196,6 +189,13 @@ def _strings(value, path):
 
 def validate_conf(conf: Mapping[str, Any] | None, suite_ids: Iterable[str], policy: str = "continue") -> dict[str, Any]:
     """Check a run's params/conf; return the full, normalised dict. Raises :class:`ParamsError`."""
+    out = check_fields(conf, suite_ids, policy)
+    check_map_length(out, suite_ids)
+    return out
+
+
+def check_fields(conf: Mapping[str, Any] | None, suite_ids: Iterable[str], policy: str = "continue") -> dict[str, Any]:
+    """:func:`validate_conf` without the plan-size check: each field against its schema."""
     import jsonschema
 
     conf = dict(conf or {})
@@ -219,7 +219,6 @@ def validate_conf(conf: Mapping[str, Any] | None, suite_ids: Iterable[str], poli
         except jsonschema.ValidationError as exc:
             raise ParamsError(f"{_where([name, *exc.absolute_path])}: {exc.message}") from None
         out[name] = value if value is not None else out[name]  # empty (null) = the default
-    check_map_length(out, suite_ids)
     return out
 
 
@@ -241,28 +240,41 @@ def max_map_length() -> int | None:
     return conf.getint("core", "max_map_length", fallback=DEFAULT_MAX_MAP_LENGTH)
 
 
-def check_map_length(params: Mapping[str, Any], suite_ids: Iterable[str], limit: int | None = None) -> None:
-    """Refuse a run whose plans would map more trial tasks than ``limit`` (default: Airflow's
-    max_map_length), naming the fields; sizes are checked before anything is expanded
-    (``plan.plan(max_trials=...)``). Suites that do not plan are left to the plan step's error."""
+def plan_suites(params: Mapping[str, Any], suite_ids: Iterable[str], limit: int | None = None) -> dict[str, Any]:
+    """Each suite of the run (``params["suites"]``, else ``suite_ids``) planned with ``params``, at
+    most ``limit`` trials each: suite id -> its Plan, or the DlperfError that planning raised."""
     from dlperf_tasks.catalog.loader import load_suite
     from dlperf_tasks.core.errors import DlperfError
-    from dlperf_tasks.catalog.plan import Overrides, plan
+    from dlperf_tasks.catalog.plan import MAX_PLAN_TRIALS, Overrides, plan
+
+    out: dict[str, Any] = {}
+    for suite_id in params.get("suites") or sorted(suite_ids):
+        try:
+            out[suite_id] = plan(load_suite(suite_id), Overrides.from_params(params),
+                                 max_trials=MAX_PLAN_TRIALS if limit is None else limit)
+        except DlperfError as exc:
+            out[suite_id] = exc
+    return out
+
+
+def check_map_length(params: Mapping[str, Any], suite_ids: Iterable[str], limit: int | None = None,
+                     plans: Mapping[str, Any] | None = None) -> None:
+    """Refuse a run whose plans would map more trial tasks than ``limit`` (default: Airflow's
+    max_map_length), naming the fields; sizes are checked before anything is expanded
+    (``plan.plan(max_trials=...)``). ``plans``: :func:`plan_suites` with this limit, when the
+    caller planned already. Suites that do not plan are left to the plan step's error."""
+    from dlperf_tasks.core.errors import DlperfError
 
     limit = limit if limit is not None else max_map_length()
     if limit is None:
         return
-    keys = ("batch_sizes", "precisions", "topologies", "trials", "xla")
-    ov = {k: params[k] for k in keys if params.get(k) not in (None, [], "")}
     counts: dict[str, int] = {}
-    for suite_id in params.get("suites") or sorted(suite_ids):
-        try:
-            counts[suite_id] = len(plan(load_suite(suite_id), Overrides.from_dict(ov), max_trials=limit).trials)
-        except DlperfError as exc:
-            if isinstance(exc, PlanTooLargeError):
-                raise ParamsError(f"batch_sizes/precisions/xla/topologies/trials: suite {suite_id}: {exc} "
-                                  f"([core] max_map_length = {limit})") from None
-            continue
+    for suite_id, p in (plans if plans is not None else plan_suites(params, suite_ids, limit)).items():
+        if isinstance(p, PlanTooLargeError):
+            raise ParamsError(f"batch_sizes/precisions/xla/topologies/trials: suite {suite_id}: {p} "
+                              f"([core] max_map_length = {limit})")
+        if not isinstance(p, DlperfError):
+            counts[suite_id] = len(p.trials)
     total = sum(counts.values())
     if total > limit:
         per = ", ".join(f"{k} {v}" for k, v in counts.items())
@@ -275,12 +287,12 @@ def precheck(group: str, conf: Mapping[str, Any] | None, settings) -> str | None
     """What the plan task would refuse, checked when a run is triggered (the api-server's
     :mod:`.conf_guard`): unknown fields, bad values, plans too large, a topology the cluster
     cannot hold. Returns the error (as the plan task words it) or None. Nothing is written and
-    no node is touched; a catalog that does not load is left to the plan task."""
-    from dlperf_tasks.catalog.loader import load_suite, suites_by_group
+    no node is touched; a catalog that does not load is left to the plan task. Each suite is
+    planned once (:func:`plan_suites`) for both the plan-size and the topology check."""
+    from dlperf_tasks.catalog.loader import suites_by_group
     from dlperf_tasks.engine.errors import NonRetriable
-    from dlperf_tasks.engine.setup import OVERRIDE_KEYS, check_fits
+    from dlperf_tasks.engine.clusterconf import check_fits
     from dlperf_tasks.core.errors import DlperfError
-    from dlperf_tasks.catalog.plan import Overrides, plan
 
     try:
         groups, _ = suites_by_group()
@@ -289,17 +301,18 @@ def precheck(group: str, conf: Mapping[str, Any] | None, settings) -> str | None
     if group not in groups:
         return None
     suite_ids = sorted(s.id for s in groups[group])
+    limit = max_map_length()
     try:
-        params = validate_conf(conf, suite_ids, settings.policy)
+        params = check_fields(conf, suite_ids, settings.policy)
+        plans = plan_suites(params, suite_ids, limit)
+        check_map_length(params, suite_ids, limit, plans)
     except ParamsError as exc:
         return f"invalid run parameter {exc}"
     topologies = set()
-    for suite_id in params.get("suites") or suite_ids:
-        try:
-            ov = Overrides.from_dict({k: params[k] for k in OVERRIDE_KEYS if params.get(k) not in (None, [], "")})
-            topologies |= {c.topology for c in plan(load_suite(suite_id), ov).cells}
-        except DlperfError as exc:
-            return f"suite {suite_id}: {exc}"
+    for suite_id, p in plans.items():
+        if isinstance(p, DlperfError):
+            return f"suite {suite_id}: {p}"
+        topologies |= {c.topology for c in p.cells}
     try:
         check_fits(sorted(topologies), settings)
     except (NonRetriable, DlperfError) as exc:

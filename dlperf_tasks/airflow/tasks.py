@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from dlperf_tasks.engine.attempt import TaskTry
 from dlperf_tasks.engine.errors import NonRetriable, Retriable  # noqa: F401 (the operators map them)
+from dlperf_tasks.remote.trialdocs import TrialState, Verdict
 
 
 def with_registry_connection(cluster, conn_id: str):
@@ -63,8 +65,7 @@ def plan_run(dag_name: str, suite_ids: list[str], conf: Mapping[str, Any] | None
     return plan_runs(dag_name, suite_ids, params, settings, group_run_id=dag_run_id)
 
 
-def run_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
-              log=None) -> dict[str, Any]:
+def run_trial(item: Mapping[str, Any], settings, attempt: TaskTry | None = None) -> dict[str, Any]:
     """One trial in this worker's own run dir: the run's staged files pulled first, the trial's
     record, logs and telemetry pushed to the staging area after (no shared disk)."""
     from dlperf_tasks.engine.trials import run_item
@@ -73,7 +74,7 @@ def run_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tri
 
     local = staging.enter_trial(TrialItem.from_dict(item), settings)
     try:
-        return run_item(local, settings, try_number=try_number, max_tries=max_tries, log=log)
+        return run_item(local, settings, attempt)
     finally:
         staging.leave_trial(local, settings)
 
@@ -84,12 +85,13 @@ def run_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tri
 DEFERRED_LEASE_TTL_S = 900.0
 
 
-def start_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
-                log=None, lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any]:
+def start_trial(item: Mapping[str, Any], settings, attempt: TaskTry | None = None, *,
+                lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any]:
     """The first half of a deferrable trial in this worker's run dir: ``{"record": ...}`` when it
     is done already (dry run, reused, local runtime, no nodes), else ``{"started": state}`` (the
     remote jobs run; nothing to push yet), or with ``busy_returns`` ``{"waiting": reason}`` when no
     nodes were free within ``lease_wait_s`` (nothing recorded: the task waits deferred, calls again)."""
+    from dlperf_tasks.engine.attempt import LeaseTerms
     from dlperf_tasks.engine.trials import start_item
     from dlperf_tasks.engine import staging
     from dlperf_tasks.engine.runset import TrialItem
@@ -97,9 +99,8 @@ def start_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_t
     local = staging.enter_trial(TrialItem.from_dict(item), settings)
     done = True
     try:
-        got = start_item(local, settings, try_number=try_number, max_tries=max_tries, log=log,
-                         lease_ttl_s=DEFERRED_LEASE_TTL_S,
-                         lease_wait_s=lease_wait_s, busy_returns=busy_returns)
+        got = start_item(local, settings, attempt,
+                         lease=LeaseTerms(DEFERRED_LEASE_TTL_S, wait_s=lease_wait_s, busy_returns=busy_returns))
         done = "record" in got
         return got
     finally:
@@ -107,8 +108,8 @@ def start_trial(item: Mapping[str, Any], settings, *, try_number: int = 1, max_t
             staging.leave_trial(local, settings)
 
 
-def resume_trial(item: Mapping[str, Any], settings, state: Mapping[str, Any], verdict: Mapping[str, Any], *,
-                 try_number: int = 1, max_tries: int = 1, log=None) -> dict[str, Any]:
+def resume_trial(item: Mapping[str, Any], settings, state: TrialState, verdict: Verdict,
+                 attempt: TaskTry | None = None) -> dict[str, Any]:
     """The second half, in whichever worker resumes the task: logs copied from the nodes into
     its own run dir, gated, recorded, pushed to staging; leases released."""
     from dlperf_tasks.engine.trials import finish_item
@@ -117,7 +118,7 @@ def resume_trial(item: Mapping[str, Any], settings, state: Mapping[str, Any], ve
 
     local = staging.enter_trial(TrialItem.from_dict(item), settings)
     try:
-        return finish_item(local, settings, state, verdict, try_number=try_number, max_tries=max_tries, log=log)
+        return finish_item(local, settings, state, verdict, attempt)
     finally:
         staging.leave_trial(local, settings)
 

@@ -42,7 +42,7 @@ class NoMissedSlotCronTimetable(CronTriggerTimetable):
 
     def __eq__(self, other: object) -> bool:
         """Same cron expression and time zone (what Airflow's ``CronMixin.__eq__`` compares), without
-        its import of ``airflow.serialization.encoders`` (~60 ms of every DAG parse: a mapped task
+        its import of ``airflow.serialization.encoders`` (a cost on every DAG parse: a mapped task
         added to a task group compares the DAGs, hence their schedules)."""
         if other is self:
             return True

@@ -164,9 +164,9 @@ def list_suites(extra_dirs: list[str | os.PathLike] | None = None, errors: list[
     suites = []
     for _, path in sorted(_suite_files(extra_dirs).items()):
         suite, exc = _load_or_fallback(path)
-        if exc is not None and errors is None:
-            raise exc
         if exc is not None:
+            if errors is None:
+                raise exc
             errors.append(exc)
         if suite is not None:
             suites.append(suite)

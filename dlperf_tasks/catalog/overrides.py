@@ -15,7 +15,7 @@ MAX_TRIALS_PER_CELL = 100
 MAX_NODES = 4096
 MAX_GPUS_PER_NODE = 64
 MAX_PLAN_TRIALS = 100_000
-MAX_BATCH_SIZE = 1 << 20  # samples per device; 10**24 used to be planned (issue 27.10)
+MAX_BATCH_SIZE = 1 << 20  # samples per device; 10**24 used to be planned
 MAX_ITERS = 10_000_000  # warm-up or measured steps of one trial
 MAX_LIST_ITEMS = 4096  # items of one comma-separated override
 _MAXIMA = {"trials": MAX_TRIALS_PER_CELL, "warmup_iters": MAX_ITERS, "measure_iters": MAX_ITERS,
@@ -103,6 +103,11 @@ def parse_xla(value: Any) -> tuple[bool, ...]:
     raise PlanError(f"xla: {short(value)} is not one of on, off, both")
 
 
+#: the run parameters (a triggered conf, the CLI's flags) that become a plan's overrides
+RUN_OVERRIDE_KEYS = ("batch_sizes", "precisions", "topologies", "trials", "warmup_iters", "measure_iters",
+                     "image_tag", "xla")
+
+
 @dataclass(frozen=True)
 class Overrides:
     """What a user may change for one run (CLI flags, Airflow params). ``None`` = the suite's default."""
@@ -118,6 +123,11 @@ class Overrides:
     cases: tuple[str, ...] | None = None  # Megatron layout case names
     models: tuple[str, ...] | None = None
     include_excluded: bool = False  # also run combinations the suite's ``exclude`` leaves out
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "Overrides":
+        """The overrides a run's parameters ask for (:data:`RUN_OVERRIDE_KEYS`; other keys are not plan overrides)."""
+        return cls.from_dict({k: params[k] for k in RUN_OVERRIDE_KEYS if k in params})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "Overrides":

@@ -1,4 +1,4 @@
-"""A suite's source patches, applied for real (issue 24.3).
+"""A suite's source patches, applied for real.
 
 A patch with ``file:`` names a unified diff among the catalog data files
 (``dlperf_tasks/catalog/data/<name>.diff``, or a site suite's own ``data/``), made against the
@@ -30,7 +30,7 @@ def applier():
     """The node-side applier as a module (its parser checks the diffs at catalog load)."""
     spec = importlib.util.spec_from_file_location("dlperf_patch", BUILTIN_DATA_DIR / APPLIER)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    spec.loader.exec_module(mod)
     return mod
 
 

@@ -275,7 +275,7 @@ def _grid_cells(suite: Suite, ov: Overrides, ax: _Axes) -> list[Cell]:
     return cells
 
 
-def _accumulations(suite: Suite, bz: int, topo: Topology) -> list:
+def _accumulations(suite: Suite, bz: int, topo: Topology) -> tuple[int | None, ...]:
     try:
         return suite.accumulations_for(bz, topo)
     except ValueError as exc:

@@ -20,7 +20,7 @@ class Problems:
 
     def add(self, path: KeyPath, message: str, label: str = "") -> None:
         line = None
-        p = tuple(path)
+        p: tuple | None = tuple(path)
         while line is None and p is not None:
             line = self.lines.get(p)
             p = p[:-1] if p else None

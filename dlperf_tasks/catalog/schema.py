@@ -156,11 +156,11 @@ SUITE_SCHEMA: dict = {
             },
         },
         "timeout_s": {"type": "integer"},
-        # physical bound (issue 11.8): samples/s per GPU above it, or for latency suites a latency
+        # physical bound: samples/s per GPU above it, or for latency suites a latency
         # (ms/iter) below it, makes a trial invalid
         "plausible_max_per_gpu": {"type": "number", "exclusiveMinimum": 0},
         "hang_timeout_s": {"type": "integer"},
-        # issue 17 (H8, docs/decisions.md): adaptive trial count and node health/quarantine, opt-in
+        # docs/decisions.md: adaptive trial count and node health/quarantine, opt-in
         "adaptive": {"type": ["boolean", "object"]},
         "node_health": {"type": ["boolean", "object"]},
         "requirements": _STR_LIST,

@@ -101,7 +101,7 @@ def build_suite(data: Any, filename: str, lines: dict, expected_id: str | None =
                 schema: bool = True) -> Suite:
     """Validate ``data`` (a parsed YAML document) and return the :class:`Suite`; raise CatalogError otherwise.
 
-    ``schema=False`` skips the JSON Schema pass (jsonschema costs ~50 ms to import): only for the
+    ``schema=False`` skips the JSON Schema pass (jsonschema is slow to import): only for the
     package's own suites, which tests/unit/test_catalog.py validates with it
     (``test_builtin_suites_pass_the_json_schema``); every other check still runs."""
     problems = _shape_problems(data, filename, lines, schema)

@@ -20,7 +20,7 @@ import yaml
 
 from dlperf_tasks.core.errors import CatalogError
 
-try:  # libyaml is ~10x faster; DAG parsing loads the catalog
+try:  # libyaml is much faster; DAG parsing loads the catalog
     _Loader = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - depends on the PyYAML build
     _Loader = yaml.SafeLoader

@@ -1,5 +1,5 @@
 """``dlperf cluster quarantine`` / ``dlperf cluster clear NODE``: the nodes the service keeps
-out of its sweeps (node health, issue 17). The state is ``state/quarantine.json`` in the run
+out of its sweeps (node health). The state is ``state/quarantine.json`` in the run
 store (``dlperf_tasks/policy/nodehealth.py``), the one every worker host reads: ``--store URL``, else
 the settings' store. ``--work-dir DIR`` names a directory's ``quarantine.json`` instead (a
 library user's sweep without a store)."""

@@ -44,10 +44,10 @@ def run(args) -> int:
     from dlperf_tasks.catalog.loader import load_suite
     from dlperf_tasks.core.errors import DlperfError
     from dlperf_tasks.history import confirm as C
-    from dlperf_tasks.history.source import open_store
+    from dlperf_tasks.history.source import store_for
     from dlperf_tasks.remote.inventory import Cluster
 
-    store = open_store(args.store)
+    store = store_for(args.store)
     regressions = store.read_annotation(args.run_id, "regressions")
     if not regressions or not regressions.get("findings"):
         raise DlperfError(f"run {args.run_id} has no regression finding (run 'dlperf results check' first)")

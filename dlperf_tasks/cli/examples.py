@@ -1,4 +1,4 @@
-"""Examples for every ``dlperf`` sub-command's ``--help`` (issue 26.5): a parser without an
+"""Examples for every ``dlperf`` sub-command's ``--help``: a parser without an
 ``examples:`` section of its own gets the lines below as its epilog, so each command's help
 shows how it is called. ``tests/unit/test_cli_help_examples.py`` checks that every sub-command
 (``results *``, ``cluster *``, ``confirm`` ...) has one and that each example parses."""

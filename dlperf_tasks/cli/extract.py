@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
                         measure=window.measure if args.measure_iters is None else args.measure_iters, rule=window.rule)
     if args.speed_rule is not None:
         window = dataclasses.replace(window, rule=args.speed_rule)
-    # build only what the output needs (issue 28.1): per-sample rows only for the result JSON, and
+    # build only what the output needs: per-sample rows only for the result JSON, and
     # then serialised into a spool file as each trial is gated (memory: the largest trial's)
     wants_doc = bool(args.output) or args.format == "json"
     spool = None
@@ -142,12 +142,7 @@ def run(args: argparse.Namespace) -> int:
         res = extract_tree(suite, args.log_dir, args.batch_size_per_device, window,
                            prefix=args.prefix, progress=None if args.quiet else sys.stderr,
                            keep_samples=False, sample_sink=spool.put if spool is not None else None)
-        if args.format == "dlperf" and not args.output:  # only what that text shows (no run id, no rows)
-            from dlperf_tasks.report.result_json import dlperf_view
-
-            result = dlperf_view(res)
-        else:
-            result = extract_result(res)
+        result = extract_result(res)
         _print(args, res, result, spool)
     finally:
         if spool is not None:

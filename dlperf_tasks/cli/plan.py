@@ -102,7 +102,7 @@ def _run(args) -> int:
         print(line)
     from dlperf_tasks.engine.decisions import plan_line
 
-    line = plan_line(suite, p)  # adaptive trial count (H8): the worst case is the fixed count
+    line = plan_line(suite, p)  # adaptive trial count: the worst case is the fixed count
     if line:
         print(line)
     if args.list_trials:

@@ -71,7 +71,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlperf_tasks.remote.inventory import load_for_redaction
     from dlperf_tasks.store import RetryPolicy
-    from dlperf_tasks.store.opener import open_store
+    from dlperf_tasks.store.store import open_store
     from dlperf_tasks.store.spool import Spool
 
     run_dir = Path(args.run_dir)

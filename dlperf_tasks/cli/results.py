@@ -146,12 +146,12 @@ def register(subparsers) -> None:
 # ------------------------------------------------------------------------------ helpers
 def _store(args):
     """The store of ``--store`` or the settings; says which on stderr (one line)."""
-    from dlperf_tasks.history.source import open_store, store_settings
-    from dlperf_tasks.store.opener import require_store
+    from dlperf_tasks.history.source import store_for, store_settings
+    from dlperf_tasks.store.store import require_store
 
     s = store_settings(args.store)
     print(s.describe_store(), file=sys.stderr)
-    return require_store(open_store(settings=s))
+    return require_store(store_for(settings=s))
 
 
 def _print(text: str) -> None:
@@ -200,7 +200,7 @@ def cmd_show(args) -> int:
     from dlperf_tasks.engine.decisions import summary_lines
     from dlperf_tasks.history import confirm
 
-    confirmed = store.read_annotation(args.run_id, confirm.ANNOTATION)  # A/B verdicts (H8)
+    confirmed = store.read_annotation(args.run_id, confirm.ANNOTATION)  # A/B verdicts
     if args.format == "json":
         _render(rows, "json", doc={"run": run, "cells": rows, "regressions": regress, "confirmations": confirmed})
         return 0

@@ -134,11 +134,11 @@ def run(args) -> int:
 
 
 def fit_check(the_plan, settings) -> None:
-    """The DAG's check (:func:`dlperf_tasks.engine.setup.check_fits`): every planned topology fits
+    """The DAG's check (:func:`dlperf_tasks.engine.clusterconf.check_fits`): every planned topology fits
     the cluster's nodes and GPUs per node, and locally this machine's cores; a PlanError if not."""
     from dlperf_tasks.core.errors import PlanError
     from dlperf_tasks.engine.errors import NonRetriable
-    from dlperf_tasks.engine.setup import check_fits
+    from dlperf_tasks.engine.clusterconf import check_fits
 
     try:
         check_fits(sorted({c.topology for c in the_plan.cells}), settings, what="topologies")

@@ -70,7 +70,7 @@ class Window:
 
     def to_dict(self) -> dict:
         """The plan's / result's ``window`` (``rule`` only when it is not the default: older readers)."""
-        d = {"warmup": self.warmup, "measure": self.measure}
+        d: dict[str, Any] = {"warmup": self.warmup, "measure": self.measure}
         if self.rule != "timestamps":
             d["rule"] = self.rule
         return d

@@ -1,6 +1,6 @@
 """Per-iteration measurements: :class:`Sample` (one) and :class:`Samples` (a column store of them).
 
-Why columns (issue 12.4, extraction speed): a 4n8g log has thousands of step lines, and one
+Why columns (extraction speed): a 4n8g log has thousands of step lines, and one
 object per line cost extraction ~20 % of its time (building them, then ``attrgetter`` passes in
 the gate and the metric). Parsers add whole columns (:meth:`Samples.add_columns`), the gate and
 the metrics read ``iteration``/``value``/... at C speed, and anything else sees a sequence of
@@ -69,8 +69,13 @@ class Samples:
 
     def __init__(self, samples: Any = ()) -> None:
         # one statement per column (not a loop over the names): a trial builds a few of these
-        self.iteration, self.value, self.unit, self.rank = [], [], [], []
-        self.timestamp, self.memory_mib, self._loss = [], [], []
+        self.iteration: list[int] = []
+        self.value: list[float] = []
+        self.unit: list[str] = []
+        self.rank: list[int | None] = []
+        self.timestamp: list[float | None] = []
+        self.memory_mib: list[float | None] = []
+        self._loss: list[Any] = []
         self._lazy: list[tuple[int, LazyFloats]] = []  # (offset in _loss, texts not converted yet)
         if samples:
             self.extend(samples)
@@ -170,7 +175,7 @@ class Samples:
             return list(self) == list(other)
         return NotImplemented
 
-    __hash__ = None  # mutable, like a list
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
 
     def __repr__(self) -> str:
         head = ", ".join(map(repr, self[:3]))

@@ -1,4 +1,4 @@
-"""A/B confirmation of a regression finding (issue 17.1), for both drivers.
+"""A/B confirmation of a regression finding, for both drivers.
 
 The finding's plan (:class:`dlperf_tasks.history.confirm.ConfirmPlan`, the same plan
 ``dlperf confirm --plan-only`` prints) runs image A (the previous good run's, by digest) and
@@ -42,7 +42,8 @@ from dlperf_tasks.catalog.validate import check_image_ref
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.engine.errors import NonRetriable
 from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now_iso, read_json, write_json, write_plan
-from dlperf_tasks.engine.setup import load_cluster, load_suite
+from dlperf_tasks.engine.clusterconf import load_cluster
+from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 from dlperf_tasks.history import confirm as C
 from dlperf_tasks.history.cellspec import parse_cell_id
@@ -88,7 +89,7 @@ def env_of(result: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(v, (dict, list)):
             out[k] = v
         elif k == "nccl_transport" and v:
-            out["transport"] = ",".join(sorted({str(x.get("network")) for x in v.values()
+            out["transport"] = ",".join(sorted({str(x.get("network")) for x in (v.values() if isinstance(v, dict) else v)
                                                  if isinstance(x, dict) and x.get("network")})) or None
     return out
 
@@ -116,7 +117,7 @@ def run_ab(plan: C.ConfirmPlan, suite, cluster, out_root: str | os.PathLike, *, 
             if held is None and used:
                 held = used  # every later step runs on the nodes the first one got
                 plan.nodes = used
-            got = {r.trial.cell.id: (r.metric.value if r.valid else None) for r in res.all}
+            got = {r.trial.cell.id: (r.metric.value if r.valid and r.metric is not None else None) for r in res.all}
             for c in plan.cells:
                 values[variant][c].append(got.get(c))
             envs.setdefault(variant, env_of(res.result))
@@ -199,7 +200,7 @@ def plan_confirm(group: str, suite_ids: list[str], params: Mapping[str, Any], se
         plan = C.ConfirmPlan.from_conf(params["confirm"])
         if plan.suite not in suite_ids:
             raise ValueError(f"suite {plan.suite} is not one of this DAG's ({', '.join(sorted(suite_ids))})")
-        suite = load_suite(plan.suite, settings)
+        suite = load_suite(plan.suite, settings.catalog_path)
         cluster = load_cluster(settings)
         plan.image_a, plan.image_b = _image(plan.image_a, cluster, "image_a"), _image(plan.image_b, cluster, "image_b")
         p = plan_for(suite, plan.cells, trials=plan.rounds)

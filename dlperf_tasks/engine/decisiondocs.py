@@ -13,7 +13,6 @@ from typing import Any, Iterable, Mapping
 from dlperf_tasks.core.model import TrialResult
 from dlperf_tasks.policy import adaptive as ad
 from dlperf_tasks.policy import nodehealth as nh
-from dlperf_tasks.report.result_json import write_result
 
 ADAPTIVE_FILE = "adaptive.json"
 HEALTH_FILE = "node-health.json"
@@ -21,7 +20,7 @@ HEALTH_FILE = "node-health.json"
 
 def _result_row(r: TrialResult) -> dict[str, Any]:
     return {"index": r.trial.index, "trial_id": r.trial.id, "status": r.status.value,
-            "value": r.metric.value if r.valid else None, "node_names": list(r.nodes),
+            "value": r.metric.value if r.valid and r.metric is not None else None, "node_names": list(r.nodes),
             "exit_codes": dict(r.exit_codes), "reason": r.reason}
 
 
@@ -39,15 +38,12 @@ def results_doc(results: Iterable[TrialResult]) -> dict[str, Any]:
 def write_docs(run_dir: str | os.PathLike, result: dict[str, Any] | None, adaptive_doc: Mapping[str, Any] | None,
                health_doc: Mapping[str, Any]) -> None:
     """``adaptive.json`` (when given) and ``node-health.json`` in the run dir, their report.md
-    sections, and ``run.adaptive`` / ``run.node_health`` in ``result`` (result.json rewritten
-    when they changed)."""
+    sections, and ``run.adaptive`` / ``run.node_health`` in ``result`` (the document result.json
+    is then written from, :func:`dlperf_tasks.engine.outputs.write_outputs`)."""
     root = Path(run_dir)
     if result is not None:
-        run = result.setdefault("run", {})
-        want = {"node_health": dict(health_doc), **({"adaptive": dict(adaptive_doc)} if adaptive_doc else {})}
-        if any(run.get(k) != v for k, v in want.items()):
-            run.update(want)
-            write_result(result, root / "result.json")
+        result.setdefault("run", {}).update(
+            {"node_health": dict(health_doc), **({"adaptive": dict(adaptive_doc)} if adaptive_doc else {})})
     sections = []
     if adaptive_doc:
         _write_json(root / ADAPTIVE_FILE, adaptive_doc)

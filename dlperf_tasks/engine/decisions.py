@@ -15,12 +15,12 @@ or the suite), with hooks both drivers call:
   trial to queue and the nodes that became suspect (online quarantine). The sweep calls it from
   its scheduling loop; a DAG run has no loop (one task per trial): its trial records in the run
   dir are what the later hooks rebuild from.
-* :meth:`~Decisions.after_aggregate` - after the run's result.json: node-health verdicts from
-  it (per-node speeds, straggler reports, telemetry facts), suspects quarantined when asked
-  (the service's ``state/quarantine.json`` in the run store), ``adaptive.json`` /
-  ``node-health.json`` / the report.md sections / ``run.adaptive`` and ``run.node_health``
-  (:mod:`dlperf_tasks.engine.decisiondocs`). The sweep calls it after its aggregate step, the
-  DAG's aggregate step through :func:`after_aggregate_runs`.
+* :meth:`~Decisions.after_aggregate` - on the run's result document, before result.json is
+  written: node-health verdicts from it (per-node speeds, straggler reports, telemetry facts),
+  suspects quarantined when asked (the service's ``state/quarantine.json`` in the run store),
+  ``adaptive.json`` / ``node-health.json`` / the report.md sections / ``run.adaptive`` and
+  ``run.node_health`` (:mod:`dlperf_tasks.engine.decisiondocs`). Both drivers pass it to the
+  aggregate step as its ``decide`` hook (the DAG's through :class:`RunDecisions`).
 
 ``SKIPPED`` trials are no failures and no invalid trials: both drivers leave them out of the
 statistics. Pure logic except the quarantine state and the documents (no SSH, no Airflow).
@@ -38,14 +38,13 @@ from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.engine.decisiondocs import ADAPTIVE_FILE, HEALTH_FILE, results_doc, write_docs
 from dlperf_tasks.engine.decisiondocs import replace_section, summary_lines  # noqa: F401 (re-exported)
 from dlperf_tasks.engine.rundir import RunDir
-from dlperf_tasks.engine.setup import load_suite
+from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.measure import stragglers
 from dlperf_tasks.policy import adaptive as ad
 from dlperf_tasks.policy import nodehealth as nh
-from dlperf_tasks.report.result_json import load_result
 from dlperf_tasks.store.quarantine import Quarantine
 
-__all__ = ["ADAPTIVE_FILE", "HEALTH_FILE", "Decisions", "after_aggregate_runs", "for_sweep", "split_items"]
+__all__ = ["ADAPTIVE_FILE", "HEALTH_FILE", "Decisions", "RunDecisions", "for_sweep", "split_items"]
 
 
 def is_skipped(rec: TrialResult | Mapping[str, Any] | None) -> bool:
@@ -71,7 +70,7 @@ def stop_reason(trial: Trial, earlier: list[TrialResult | None], policy: ad.Adap
     if trial.index > policy.cap(size):
         return f"the policy's maximum of {policy.cap(size)} trial(s) per cell"
     for r in earlier:
-        if is_skipped(r):
+        if r is not None and is_skipped(r):
             return r.reason
     done = [r for r in earlier if r is not None]
     d = ad.decide(trial.cell.id, [r.metric.value if r.valid and r.metric else None for r in done], policy, size)
@@ -129,8 +128,8 @@ class Decisions:
 
     @classmethod
     def from_run_dir(cls, rd: RunDir, suite, *, params: Mapping[str, Any] | None = None,
-                     health: nh.HealthConfig | None = None, quarantine: Quarantine | str | None = None,
-                     nodes: Iterable[str] = (), records: Iterable[TrialResult] | None = None) -> "Decisions":
+                     health: nh.HealthConfig | None = None,
+                     quarantine: Quarantine | str | os.PathLike | None = None, nodes: Iterable[str] = (), records: Iterable[TrialResult] | None = None) -> "Decisions":
         """The run's decisions from its run dir: the planned trials (plan.json), the policy
         (``params``, else plan.json's params, else the suite's fields; none for an A/B
         confirmation run) and the trial records there (``records``: only these, e.g. the ones a
@@ -282,15 +281,19 @@ class Decisions:
 
     def after_aggregate(self, run_dir: str | os.PathLike | None = None,
                         result: dict[str, Any] | None = None) -> dict[str, Any]:
-        """After the run's result.json (``result``): verdicts, suspects quarantined (quarantine
-        on), the decision documents written into the run dir and result.json."""
+        """On the run's result document (``result``, before result.json is written): verdicts,
+        suspects quarantined (quarantine on), the decision documents written into the run dir
+        and ``result``."""
         s, quarantined = self._docs(result)
         for node, evidence in quarantined.items():
             if node not in self.quarantined:
                 self.quarantined[node] = evidence
                 if self.quarantine is not None:
                     self.quarantine.add(node, evidence, self.run_id)
-        write_docs(run_dir if run_dir is not None else self.rd.path, result, s.get("adaptive"), s["node_health"])
+        where = run_dir if run_dir is not None else self.rd.path if self.rd is not None else None
+        if where is None:
+            raise ValueError("after_aggregate: no run dir (give run_dir, or build the decisions with rd)")
+        write_docs(where, result, s.get("adaptive"), s["node_health"])
         return s
 
 
@@ -350,30 +353,31 @@ def split_items(run_set: Mapping[str, Any], settings) -> tuple[list[dict], list[
     for item in run_set.get("trials") or []:
         if item["suite"] not in policies:
             policies[item["suite"]] = None if params.get("confirm") or item.get("dry_run") else \
-                policy_for(load_suite(item["suite"], settings), params)
+                policy_for(load_suite(item["suite"], settings.catalog_path), params)
         pol = policies[item["suite"]]
         (more if pol is not None and int(item["trial"]["index"]) > pol.min_trials else first).append(item)
     return first, more
 
 
-def after_aggregate_runs(summaries: list[Mapping[str, Any]], settings) -> list[dict]:
-    """The DAG's aggregate step: :meth:`Decisions.after_aggregate` for every aggregated run (the
-    service's quarantine state when the run or suite asks for quarantine). Returns one
-    ``{run_id, suspects, quarantined, adaptive}`` per run (for the task log)."""
-    out = []
-    for s in summaries:
-        if not s.get("result"):
-            continue
-        rd = RunDir(Path(s["run_dir"]), s["run_id"])
-        suite = load_suite(s["suite"], settings)
+class RunDecisions:
+    """The DAG's aggregate step's ``decide`` hook (:func:`dlperf_tasks.engine.finish.aggregate_runs`):
+    :meth:`Decisions.after_aggregate` for each aggregated run, with the service's quarantine state
+    when the run or suite asks for quarantine. ``done``: one ``{run_id, suspects, quarantined,
+    adaptive}`` per run (for the task log)."""
+
+    def __init__(self, settings) -> None:
+        self.settings = settings
+        self.done: list[dict[str, Any]] = []
+
+    def __call__(self, rd: RunDir, suite, result: dict[str, Any]) -> None:
         params = (rd.read("plan.json") or {}).get("params") or {}
-        q = Quarantine.for_settings(settings) if health_for(suite, params).quarantine else None
-        doc = Decisions.from_run_dir(rd, suite, quarantine=q).after_aggregate(rd.path, load_result(rd.file("result.json")))
+        q = Quarantine.for_settings(self.settings) if health_for(suite, params).quarantine else None
+        doc = Decisions.from_run_dir(rd, suite, quarantine=q).after_aggregate(rd.path, result)
         ada, health = doc.get("adaptive"), doc["node_health"]
-        out.append({"run_id": s["run_id"], "suspects": list(health.get("suspects") or []),
-                    "quarantined": health["quarantined"],
-                    "adaptive": {"trials_used": ada["trials_used"], "trials_max": ada["trials_max"]} if ada else None})
-    return out
+        self.done.append({"run_id": rd.run_id, "suspects": list(health.get("suspects") or []),
+                          "quarantined": health["quarantined"],
+                          "adaptive": {"trials_used": ada["trials_used"], "trials_max": ada["trials_max"]}
+                          if ada else None})
 
 
 def plan_line(suite, plan) -> str:

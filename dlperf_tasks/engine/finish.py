@@ -5,6 +5,7 @@ trials would have run."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -13,8 +14,9 @@ from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.outputs import aggregate, cell_rows, collect, result_table
 from dlperf_tasks.engine.rundir import RunDir, now_iso, write_json
 from dlperf_tasks.engine.runset import RunEntry, RunSet
-from dlperf_tasks.engine.setup import load_cluster, load_suite
-from dlperf_tasks.engine.storeaccess import open_store
+from dlperf_tasks.engine.clusterconf import load_cluster
+from dlperf_tasks.catalog.loader import load_suite
+from dlperf_tasks.engine.storeaccess import engine_store
 from dlperf_tasks.core.model import Trial
 from dlperf_tasks.core.safeurl import safe_url
 from dlperf_tasks.report.result_json import trial_from_record
@@ -39,23 +41,28 @@ def _rundir(run: RunEntry) -> RunDir:
 
 def collect_runs(run_set: RunSet | Mapping[str, Any], records: list[Mapping[str, Any] | None]) -> dict[str, Any]:
     """Which planned trials have a record in their run dir, and which logs are missing.
-    ``records`` are the trial steps' return values (a failed trial step returns none)."""
+    ``records`` are the trial steps' return values (a failed trial step returns none): each is
+    decoded here once; the run dir's copy of it is only checked to be there (the aggregate step
+    decodes that one, once)."""
     done = [trial_from_record(r) for r in records if r]
     out: dict[str, Any] = {"trials": {}, "missing_logs": {}}
     for run in RunSet.of(run_set).runs:
-        wanted = [r.trial for r in done if r.trial.cell.suite == run.suite]
-        wanted = list({t.id: t for t in wanted}.values())  # a trial is counted once
-        found, missing = collect(_rundir(run), wanted)
-        out["trials"][run.run_id] = [t.to_dict() for t in (r.trial for r in found)]
-        out["missing_logs"][run.run_id] = missing
+        rd = _rundir(run)
+        mine = {r.trial.id: r for r in done if r.trial.cell.suite == run.suite}  # a trial is counted once
+        found = [r for r in mine.values() if rd.trial_file(r.trial).is_file()]
+        out["trials"][run.run_id] = [r.trial.to_dict() for r in found]
+        out["missing_logs"][run.run_id] = [p for r in found for p in r.log_paths if not (rd.path / p).exists()]
     return out
 
 
 def aggregate_runs(run_set: RunSet | Mapping[str, Any], collected: Mapping[str, Any], settings, source: str = "dag",
-                   group_run_id: str | None = None) -> list[dict[str, Any]]:
-    """result.json + report.md + plots + index files + NCCL transports + stragglers per run."""
+                   group_run_id: str | None = None,
+                   decide: Callable[[RunDir, Any, dict[str, Any]], object] | None = None) -> list[dict[str, Any]]:
+    """result.json + report.md + plots + index files + NCCL transports + stragglers per run.
+    ``decide(rd, suite, result)``: the run's decisions on its document before result.json is
+    written (:class:`dlperf_tasks.engine.decisions.RunDecisions`)."""
     run_set = RunSet.of(run_set)
-    summaries = []
+    summaries: list[dict[str, Any]] = []
     for run in run_set.runs:
         rd = _rundir(run)
         trials = [Trial.from_dict(t) for t in collected["trials"].get(run.run_id, [])]
@@ -64,8 +71,9 @@ def aggregate_runs(run_set: RunSet | Mapping[str, Any], collected: Mapping[str, 
             summaries.append({"run_id": run.run_id, "suite": run.suite, "result": None, "cells": [],
                               "run_dir": run.run_dir})
             continue
-        result = aggregate(rd, results, load_suite(run.suite, settings), source,
-                           {"dag_run_id": group_run_id} if group_run_id else None, settings=settings)
+        suite = load_suite(run.suite, settings.catalog_path)
+        result = aggregate(rd, results, suite, source, {"dag_run_id": group_run_id} if group_run_id else None,
+                           settings=settings, decide=None if decide is None else functools.partial(decide, rd, suite))
         summaries.append({"run_id": run.run_id, "suite": run.suite, "result": str(rd.file("result.json")),
                           "run_dir": run.run_dir, "cells": cell_rows(result),
                           "plots": sorted(str(p) for p in rd.file("plots").glob("*")) if rd.file("plots").is_dir()
@@ -102,7 +110,7 @@ def publish(run_set: RunSet | Mapping[str, Any], summaries: list[Mapping[str, An
     dry_run = RunSet.of(run_set).dry_run
     published: list[dict[str, Any]] = []
     todo = [s for s in summaries if s.get("result")] if not dry_run else []
-    store = open_store(settings) if todo else None
+    store = engine_store(settings) if todo else None
     for s in todo:
         where = publish_run(store, RunDir(Path(s["run_dir"]), s["run_id"]), settings)
         published.append({"run_id": s["run_id"], "suite": s["suite"], "location": where, "run_dir": s["run_dir"],
@@ -161,7 +169,7 @@ def clean_runs(runs: list[RunEntry], trial_keys: list[str], settings) -> tuple[l
     problems: list[str] = []
     with SSHPool(cluster) as pool:
         for run in runs:
-            suite = load_suite(run.suite, settings)
+            suite = load_suite(run.suite, settings.catalog_path)
             runtime = make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher)
             done, bad = nodeclean.clean_run(pool, runtime, list(cluster.names), run.run_id, list(trial_keys))
             cleaned.update(done)

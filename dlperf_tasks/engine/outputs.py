@@ -10,7 +10,7 @@ files. Both entry points produce the same sections this way.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from dlperf_tasks.engine.rundir import RunDir, now_iso
 from dlperf_tasks.core.model import Trial, TrialResult
@@ -57,15 +57,25 @@ def run_meta(rd: RunDir, source: str) -> dict[str, Any]:
     }
 
 
+#: the run's decisions on its finished result (adaptive summary, node health, quarantine): they add
+#: ``run.adaptive`` / ``run.node_health`` to the document before result.json is written
+Decide = Callable[[dict[str, Any]], object]
+
+
 def aggregate(rd: RunDir, results: list[TrialResult], suite, source: str,
-              extra_meta: Mapping[str, Any] | None = None, settings=None) -> dict[str, Any]:
+              extra_meta: Mapping[str, Any] | None = None, settings=None, decide: Decide | None = None) -> dict[str, Any]:
     """Statistics per cell -> result.json (+ every other output); returns the result document.
     ``settings``: the step's settings; their store's index gives each cell's loss history (the
-    "fast but wrong?" check, :mod:`dlperf_tasks.measure.steady`); None = not checked in this step."""
-    return write_outputs(rd, results, {**run_meta(rd, source), **(extra_meta or {})}, suite, settings=settings)
+    "fast but wrong?" check, :mod:`dlperf_tasks.measure.steady`); None = not checked in this step.
+    ``decide``: see :data:`Decide`."""
+    return write_outputs(rd, results, {**run_meta(rd, source), **(extra_meta or {})}, suite, settings=settings,
+                         decide=decide)
 
 
-def write_outputs(rd: RunDir, results: list[TrialResult], meta: dict[str, Any], suite, settings=None) -> dict[str, Any]:
+def write_outputs(rd: RunDir, results: list[TrialResult], meta: dict[str, Any], suite, settings=None,
+                  decide: Decide | None = None) -> dict[str, Any]:
+    """Every output of the run; result.json last and once (after ``decide`` added its sections),
+    so a reader never sees a result without them."""
     transports = nccl_transports(rd.path, results)
     meta = {**meta, "env": {**(meta.get("env") or {}), "nccl_transport": transports}}
     reports, problem = _stragglers(rd.path, results)
@@ -73,18 +83,20 @@ def write_outputs(rd: RunDir, results: list[TrialResult], meta: dict[str, Any], 
                           "trials": [r.to_dict() for r in reports], **({"error": problem} if problem else {})}
     summaries = hooks.before_aggregate(rd.path, results, transports)
     if suite is not None and hasattr(suite, "launch_metadata"):
-        meta["launch"] = suite.launch_metadata()  # model config shipped, optimizer, max_iter, accumulation (H4)
+        meta["launch"] = suite.launch_metadata()  # model config shipped, optimizer, max_iter, accumulation
     result = build_result(cell_stats(results), meta, dlperf_model=dlperf_model_key(suite))
     history, why = loss_history_from_store(settings, meta.get("suite") or getattr(suite, "id", None),
                                            {**meta, "run_id": rd.run_id})
     hooks.after_result(result, rd.path, results, summaries, plots_dir=rd.file("plots"), loss_history=history)
     if why and settings is not None:
         result["run"]["loss_history_note"] = why
-    write_result(result, rd.file("result.json"))
     rd.file("report.md").write_text(render_markdown(result) + _telemetry_section(result))
     _straggler_section(rd.path, reports, problem)
     write_plots(rd.path, result)
     write_index_files(rd.path, result)
+    if decide is not None:
+        decide(result)
+    write_result(result, rd.file("result.json"))
     return result
 
 

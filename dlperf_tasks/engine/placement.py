@@ -1,4 +1,4 @@
-"""Where a DAG trial may run (issue 17): the nodes it may lease, in the order to try them."""
+"""Where a DAG trial may run: the nodes it may lease, in the order to try them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dlperf_tasks.store.quarantine import Quarantine
 
 
 def usable_nodes(cluster, trial, rd, settings) -> list[str]:
-    """The nodes a DAG trial may lease, in the order to try them (issue 17):
+    """The nodes a DAG trial may lease, in the order to try them:
 
     * an A/B confirmation run pins its nodes (``nodes`` in the run's plan.json): A and B share
       the hardware, so only those, in that order;

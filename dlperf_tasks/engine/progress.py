@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import Callable, TextIO, cast
 
 from dlperf_tasks.core.model import MetricKind, Trial, TrialResult
 from dlperf_tasks import frameworks
@@ -83,7 +83,7 @@ class Display:
             if callable(self.out) and not hasattr(self.out, "write"):
                 self.out(f"{MARK}{text}")  # a task log: the mark lets make run pick the line out
             else:
-                print(f"[{time.strftime('%H:%M:%S')}] {text}", file=self.out, flush=True)
+                print(f"[{time.strftime('%H:%M:%S')}] {text}", file=cast(TextIO, self.out), flush=True)
 
     def started(self, trial: Trial, nodes: list[str]) -> None:
         self._seen[trial.id] = _Seen(self.clock(), 0, self.clock())

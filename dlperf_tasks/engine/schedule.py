@@ -9,11 +9,16 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Hashable
 
+from dlperf_tasks.catalog.model import Suite
+from dlperf_tasks.engine.decisions import Decisions
+from dlperf_tasks.engine.progress import Display
 from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.trials import run_local, run_on_nodes
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.remote import nodeclean
+from dlperf_tasks.remote.trial import TrialWatch
 from dlperf_tasks.policy.scheduler import Job, Scheduler
 
 
@@ -21,16 +26,16 @@ from dlperf_tasks.policy.scheduler import Job, Scheduler
 class Batch:
     """What the scheduler needs besides the trials."""
 
-    suite: object
+    suite: Suite
     rd: RunDir
-    display: object
+    display: Display
     policy: str = "packed"
     cooldown_s: float = 0.0
     retries: int = 1
     poll_s: float = 0.25
     unreachable_grace_s: float = 8.0
     stop: threading.Event = field(default_factory=threading.Event)
-    decisions: object = None  # dlperf_tasks.engine.decisions.Decisions: adaptive trials, quarantine (H8)
+    decisions: Decisions | None = None  # dlperf_tasks.engine.decisions.Decisions: adaptive trials, quarantine
 
 
 def run_locally(todo: list[Trial], b: Batch) -> list[TrialResult]:
@@ -58,17 +63,17 @@ class _Loop:
 
     def __init__(self, todo: list[Trial], b: Batch, cluster, held: list[str], pool, down: dict[str, str]):
         self.b, self.cluster, self.held, self.pool, self.down = b, cluster, held, pool, down
-        self.by_id = {t.id: t for t in todo}
+        self.by_id: dict[Hashable, Trial] = {t.id: t for t in todo}
         self.dec = b.decisions
         first = todo if self.dec is None else self.dec.initial()
         self.sched = Scheduler([Job.from_trial(t) for t in first],
                                {n: cluster.node(n).gpus for n in [*held, *down]}, b.policy, b.cooldown_s)
         for n in down:  # unreachable at the start: counted as down, so the reason names them
             self.sched.mark_down(n)
-        self.attempts: dict[str, int] = {}
+        self.attempts: dict[Hashable, int] = {}
         self.ran: list[TrialResult] = []
         self.skipped: list[TrialResult] = []
-        self.last: dict[str, TrialResult] = {}
+        self.last: dict[Hashable, TrialResult] = {}
 
     def drop_impossible(self) -> None:
         sched = self.sched
@@ -107,6 +112,8 @@ class _Loop:
 
     def decide(self, r: TrialResult) -> None:
         """Adaptive trial count: queue the cell's next trial if needed; quarantine suspect nodes."""
+        if self.dec is None:
+            return
         nxt, bad = self.dec.after_trial(r)
         for t in nxt:
             self.sched.requeue(Job.from_trial(t), front=False)
@@ -132,10 +139,10 @@ def run_scheduled(todo: list[Trial], b: Batch, cluster, held: list[str], pool, r
                 now = time.monotonic() - t0
                 for a in sched.next_starts(now):
                     loop.attempts[a.job.key] = loop.attempts.get(a.job.key, 0) + 1
+                    watch = TrialWatch(attempt=loop.attempts[a.job.key], poll_s=b.poll_s,
+                                       unreachable_grace_s=b.unreachable_grace_s, stop_event=b.stop)
                     fut = ex.submit(run_on_nodes, cluster, a.nodes, loop.by_id[a.job.key], b.suite, b.rd, pool=pool,
-                                    runtime=runtime, facts=facts, attempt=loop.attempts[a.job.key],
-                                    display=b.display, stop=b.stop, poll_s=b.poll_s,
-                                    unreachable_grace_s=b.unreachable_grace_s)
+                                    runtime=runtime, facts=facts, watch=watch, display=b.display)
                     running[fut] = (a.job, a.nodes)
                 if not running:
                     t = sched.next_free_time(now)

@@ -7,18 +7,18 @@ the planned trials (:class:`~dlperf_tasks.engine.runset.TrialItem`, what running
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from dlperf_tasks.engine.clusterconf import check_fits, load_cluster
 from dlperf_tasks.engine.errors import NonRetriable, Retriable
+from dlperf_tasks.engine.finish import clean_runs
 from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now_iso, read_json, write_json, write_plan
 from dlperf_tasks.engine.runset import RunEntry, RunSet, TrialItem
 from dlperf_tasks.core.errors import DlperfError, RemoteError
 from dlperf_tasks.remote.local import LOCAL_MAX_PROCS
 from dlperf_tasks.store.redact_facts import NODE_IDENTITY_FILE as IDENTITY_FILE
-from dlperf_tasks.catalog.loader import load_suite as _load
-from dlperf_tasks.remote.inventory import Cluster
+from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.catalog.plan import Overrides, plan
 from dlperf_tasks.remote import envcapture
 from dlperf_tasks.remote.runtime import make_runtime
@@ -27,80 +27,16 @@ from dlperf_tasks.remote import local
 from dlperf_tasks.remote.envcapture import local_identity
 from dlperf_tasks.remote.ssh import SSHPool
 
-OVERRIDE_KEYS = ("batch_sizes", "precisions", "topologies", "trials", "warmup_iters", "measure_iters",
-                 "image_tag", "xla")
-
-
-def load_suite(suite_id: str, settings):
-    return _load(suite_id, extra_dirs=list(settings.catalog_path) or None)
-
-
-def load_inventory(settings):
-    """The configured cluster's inventory file as it is (None for ``local``): nodes and GPUs,
-    no credentials."""
-    if settings.is_local:
-        return None
-
-    try:
-        return Cluster.from_yaml(settings.cluster)
-    except (OSError, RemoteError) as exc:
-        raise NonRetriable(f"cluster {settings.cluster}: {exc}") from None
-
-
-def load_cluster(settings):
-    """The inventory of the configured cluster (None for ``local``); ``settings.resolve_cluster``
-    (when the entry point defines one) adds credentials from its own connection store."""
-    cluster = load_inventory(settings)
-    hook = getattr(settings, "resolve_cluster", None)
-    return hook(cluster) if hook and cluster is not None else cluster
-
-
-def local_cores() -> int:
-    """The cores this process may run on (its CPU affinity), the local runtime's ceiling of ranks."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def check_fits(topologies, settings, cluster=None, what: str = "invalid run parameter topologies") -> None:
-    """Every topology must fit the configured cluster (checked before any node is touched; the
-    inventory's counts only: no credential is looked up for it). The local runtime runs every rank
-    as a process on this machine: no more ranks than it has cores. One check for the DAG's plan
-    step, ``dlperf sweep`` and its ``--dry-run``; ``what`` starts the one-line refusal."""
-    cores = 0
-    if settings.is_local:
-        cluster = None
-        have_nodes, have_gpus, where = 1, LOCAL_MAX_PROCS, "the local cluster (this machine)"
-        cores = local_cores()
-    else:
-        cluster = cluster or load_inventory(settings)
-        have_nodes, have_gpus = len(cluster.nodes), max(n.gpus for n in cluster.nodes)
-        where = f"cluster {getattr(cluster, 'name', settings.cluster)}"
-    for topo in topologies:
-        if topo.nodes > have_nodes:
-            raise NonRetriable(f"{what}: {topo.name} needs {topo.nodes} nodes; {where} has {have_nodes}")
-        if topo.gpus_per_node > have_gpus:
-            raise NonRetriable(f"{what}: {topo.name} needs {topo.gpus_per_node} "
-                               f"GPUs per node; {where} has at most {have_gpus}")
-        if cluster is not None and topo.nodes > (fit := sum(n.gpus >= topo.gpus_per_node for n in cluster.nodes)):
-            raise NonRetriable(f"{what}: {topo.name} needs {topo.nodes} nodes with {topo.gpus_per_node} GPUs; "
-                               f"{where} has {fit} such node(s)")
-        if cores and topo.nodes * topo.gpus_per_node > cores:
-            raise NonRetriable(f"{what}: {topo.name} runs {topo.nodes * topo.gpus_per_node} processes; "
-                               f"{where} has {cores} core(s) for them")
-
-
 def plan_runs(group: str, suite_ids: list[str], params: Mapping[str, Any], settings, *,
               group_run_id: str | None = None, run_dirs: Mapping[str, str] | None = None) -> RunSet:
     """Plan every selected suite (``params["suites"]`` or all of ``suite_ids``) with the params'
     overrides, check they fit the cluster, create the run directories (``run_dirs[suite]`` or
     ``<work_dir>/<run_id>``). A re-run of the same ``group_run_id`` reuses its run ids."""
-    overrides = {k: params[k] for k in OVERRIDE_KEYS if params.get(k) not in (None, [], "")}
+    overrides = Overrides.from_params(params)
     plans = []
     for suite_id in params.get("suites") or sorted(suite_ids):
         try:
-            plans.append((suite_id, plan(load_suite(suite_id, settings), Overrides.from_dict(overrides))))
+            plans.append((suite_id, plan(load_suite(suite_id, settings.catalog_path), overrides)))
         except DlperfError as exc:
             raise NonRetriable(f"suite {suite_id}: {exc}") from None
     check_fits(sorted({c.topology for _, p in plans for c in p.cells}), settings)
@@ -145,7 +81,7 @@ def prepare_nodes(rd: RunDir, suite, cluster, pool, nodes: list[str], *, image: 
     runtime = make_runtime(suite.container, image=image, registry=cluster.registry, launcher=suite.launcher,
                            ssh_port=ssh_port or cluster.mpi_ssh_port)
     facts = runtime.prepare(pool, nodes)
-    # catalog data the suite's command reads (e.g. pytorch-bert's BERT-base config): H4, catalog/nodefiles.py
+    # catalog data the suite's command reads (e.g. pytorch-bert's BERT-base config): catalog/nodefiles.py
 
     for n in nodes:
         put_node_files(pool, n, cluster.node(n).workdir, suite)
@@ -180,8 +116,6 @@ def prepare(run_set: RunSet | Mapping[str, Any], settings) -> dict[str, Any]:
     if reruns and not settings.is_local:
         # the scheduled run is running again: a worker killed before may have left the run's
         # trial running and its node leases held; clear them before anything starts
-        from dlperf_tasks.engine.finish import clean_runs
-
         _, problems = clean_runs(reruns, list(run_set.trial_keys), settings)
         if problems:
             raise Retriable("cleaning what the previous attempt of this run left failed: " + "; ".join(problems))
@@ -195,7 +129,7 @@ def prepare(run_set: RunSet | Mapping[str, Any], settings) -> dict[str, Any]:
         with SSHPool(cluster) as pool:
             for run in run_set.runs:
                 rd = RunDir(Path(run.run_dir), run.run_id)
-                prepare_nodes(rd, load_suite(run.suite, settings), cluster, pool, list(cluster.names),
+                prepare_nodes(rd, load_suite(run.suite, settings.catalog_path), cluster, pool, list(cluster.names),
                               image=cluster.resolve_image(run.image), upstream_commit=run.upstream_commit)
     except RemoteError as exc:
         raise Retriable(f"prepare on cluster {cluster.name}: {exc}") from None

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from dlperf_tasks.engine.storeaccess import open_store
+from dlperf_tasks.engine.storeaccess import engine_store
 from dlperf_tasks.engine.rundir import group_run_record
 from dlperf_tasks.engine.runset import RunSet, TrialItem
 from dlperf_tasks.store.backends import NotFound, sha256_file
@@ -20,7 +20,7 @@ RUN_FILES = ("plan.json", "node-facts.json", "node-identity.json", "env.json")
 
 
 def _store(settings):
-    return open_store(settings)
+    return engine_store(settings)
 
 
 def _runs(run_set: RunSet) -> list[tuple[str, str]]:

@@ -55,7 +55,7 @@ class SweepOptions:
     work_dir: str | None = None  # set: quarantine persists (the settings' store, else <work_dir>/quarantine.json);
     # None: quarantine lasts this sweep
     progress: TextIO | None = field(default_factory=lambda: sys.stderr)
-    settings: Any = None  # dlperf settings: their store's index gives each cell's loss history (issue 16.5)
+    settings: Any = None  # dlperf settings: their store's index gives each cell's loss history
 
 
 @dataclass
@@ -86,7 +86,7 @@ def start_run(suite, plan, out_dir, opts: SweepOptions, cluster_name: str) -> Ru
     """The run dir with its plan.json (run id kept on a re-run into the same directory)."""
     rd = RunDir.at(out_dir, opts.run_id, suite=suite.id)
     prev = rd.read("plan.json") or {}
-    started = prev.get("started_at") if prev.get("run_id") == rd.run_id and prev.get("started_at") else now_iso()
+    started = str(prev["started_at"]) if prev.get("run_id") == rd.run_id and prev.get("started_at") else now_iso()
     write_plan(rd, plan.to_dict(), params={**plan.overrides.to_dict(), "policy": opts.policy}, dag=suite.dag,
                dag_run_id=opts.dag_run_id, started_at=started, policy=opts.policy, cluster=cluster_name)
     return rd
@@ -120,8 +120,9 @@ def run_sweep(suite, plan, cluster: Cluster | None, out_dir: str | os.PathLike, 
         ran, skipped = _on_cluster(suite, plan, cluster, todo, batch, opts)
     # aggregate what the trial records say, as the per-trial tasks' path does (one record format)
     recorded = [rd.load_trial(r.trial) or r for r in reused + ran + skipped]
-    result = aggregate(rd, recorded, suite, "sweep", settings=opts.settings)
-    dec.after_aggregate(rd.path, result)  # node health, quarantine, the decision documents (as the DAG's aggregate)
+    # node health, quarantine, the decision documents (as the DAG's aggregate), before result.json is written
+    result = aggregate(rd, recorded, suite, "sweep", settings=opts.settings,
+                       decide=lambda doc: dec.after_aggregate(rd.path, doc))
     return SweepResult(result, rd.path, ran, reused, skipped)
 
 

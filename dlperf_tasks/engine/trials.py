@@ -15,6 +15,7 @@ start, watcher and finish), so all record the same trial the same way.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -22,14 +23,17 @@ from typing import Any, Callable, Mapping
 from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.runset import TrialItem
-from dlperf_tasks.engine.setup import load_cluster, load_suite
+from dlperf_tasks.engine.clusterconf import load_cluster
+from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.remote.local import launch_specs
 from dlperf_tasks.remote import local
 from dlperf_tasks.remote.runtime import make_runtime
 from dlperf_tasks.engine.trialstate import telemetry_abort, telemetry_start
-from dlperf_tasks.remote.trial import start_trial
+from dlperf_tasks.engine.attempt import FINISH_LEASE_TTL_S, LeaseTerms, TaskTry
+from dlperf_tasks.remote.trial import TrialWatch, start_trial
+from dlperf_tasks.remote.trialdocs import TrialState, Verdict
 from dlperf_tasks.engine.trialstate import telemetry_stop
 from dlperf_tasks.remote.trial import finish_trial
 from dlperf_tasks.remote.trial import watch_then_finish
@@ -41,15 +45,13 @@ from dlperf_tasks.remote.allocation import renew_all
 from dlperf_tasks.engine.progress import Display
 from dlperf_tasks.engine.staging import trials_done
 from dlperf_tasks.engine.decisions import Decisions
-from dlperf_tasks.engine.storeaccess import open_store
+from dlperf_tasks.engine.storeaccess import engine_store
 from dlperf_tasks.store.staging import TRIALS_DIR, Staging
 from dlperf_tasks.report.result_json import trial_record
 from dlperf_tasks.remote.trial import abort_trial
 from dlperf_tasks.telemetry import hooks
 
 _STOP_EVENTS: dict[str, threading.Event] = {}
-#: lease TTL of a trial's nodes while this process holds them (start, finish, in-process watch)
-FINISH_LEASE_TTL_S = 120.0
 
 
 def _stop_key(run_id: str, trial_key: str) -> str:
@@ -60,7 +62,7 @@ def dry_run_commands(item: TrialItem | Mapping[str, Any], settings) -> list[str]
     """The shell-quoted commands a trial would run on each node (shown by dry runs)."""
     item = TrialItem.of(item)
     trial = item.trial
-    _, specs = launch_specs(trial, get(trial.cell.framework), load_suite(item.suite, settings).launcher)
+    _, specs = launch_specs(trial, get(trial.cell.framework), load_suite(item.suite, settings.catalog_path).launcher)
     return [spec.shell() for _, spec in specs]
 
 
@@ -87,16 +89,21 @@ def _runtime(suite, cluster, image: str | None):
                         ssh_port=cluster.mpi_ssh_port)
 
 
+def _watch(watch: TrialWatch | None, display) -> TrialWatch:
+    """``watch`` (defaults when None) with its progress going to ``display``."""
+    return dataclasses.replace(watch or TrialWatch(), progress=display.progress if display else None)
+
+
 def start_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *, pool, runtime, facts=None,
-                   attempt: int = 1, display=None, **kw) -> dict[str, Any]:
+                   watch: TrialWatch | None = None, display=None) -> TrialState:
     """Start the trial on ``nodes`` (held by the caller): telemetry sampler, then the remote
-    runner's jobs; the started trial's state (plain data, see :mod:`dlperf_tasks.remote.trial`)."""
+    runner's jobs; the started trial's state (plain data, see :mod:`dlperf_tasks.remote.trial`).
+    ``watch``: the attempt, time limits and unreachable grace (progress goes to ``display``)."""
     # telemetry; the image's MOFED is compared with the host's (docker runtime only)
     tele = telemetry_start(pool, nodes, trial, getattr(runtime, "image", None))
     try:
         state = start_trial(cluster, nodes, trial, suite, rd.run_id, pool=pool, runtime=runtime,
-                            facts=facts if facts is not None else rd.load_facts(nodes), attempt=attempt,
-                            progress=display.progress if display else None, **kw)
+                            facts=facts if facts is not None else rd.load_facts(nodes), watch=_watch(watch, display))
     except BaseException:
         telemetry_abort(pool, tele)
         raise
@@ -104,43 +111,43 @@ def start_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *
     return state
 
 
-def finish_on_nodes(cluster, state: Mapping[str, Any], verdict, suite, rd: RunDir, *, pool, runtime,
-                    display=None, **kw) -> TrialResult:
+def finish_on_nodes(cluster, state: TrialState, verdict: Verdict | None, suite, rd: RunDir, *, pool, runtime,
+                    display=None, watch: TrialWatch | None = None) -> TrialResult:
     """Finish a started trial (this process or another one): the runner's finish, then telemetry."""
     try:
         return finish_trial(cluster, state, verdict, suite, rd.path, pool=pool, runtime=runtime,
-                            progress=display.progress if display else None, **kw)
+                            watch=_watch(watch, display))
     finally:
         telemetry_stop(pool, state.get("telemetry"), Trial.from_dict(state["trial"]), rd.path)
 
 
 def run_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *, pool, runtime, facts=None,
-                 attempt: int = 1, display=None, stop: threading.Event | None = None, poll_s: float = 0.25,
-                 unreachable_grace_s: float = 8.0) -> TrialResult:
-    """Run the trial on ``nodes`` (held by the caller) in this process: start, watch, finish."""
+                 watch: TrialWatch | None = None, display=None) -> TrialResult:
+    """Run the trial on ``nodes`` (held by the caller) in this process: start, watch, finish.
+    ``watch``: the attempt, poll interval, unreachable grace and the stop event."""
+    w = watch or TrialWatch()
     state = start_on_nodes(cluster, nodes, trial, suite, rd, pool=pool, runtime=runtime, facts=facts,
-                           attempt=attempt, display=display, unreachable_grace_s=unreachable_grace_s)
-    return _watch_and_finish(pool, state, poll_s, stop, display, lambda verdict: finish_on_nodes(
+                           watch=w, display=display)
+    return _watch_and_finish(pool, state, w.poll_s, w.stop_event, display, lambda verdict: finish_on_nodes(
         cluster, state, verdict, suite, rd, pool=pool, runtime=runtime, display=display))
 
 
-def _watch_and_finish(pool, state: dict, poll_s: float, stop, display, finish: Callable) -> Any:
+def _watch_and_finish(pool, state: TrialState, poll_s: float, stop, display, finish: Callable) -> Any:
     return watch_then_finish(pool, state, poll_s, stop, display.progress if display else None, finish)
 
 
 def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None, attempt: int, display=None,
-                 lease_ttl_s: float = FINISH_LEASE_TTL_S, pool=None,
-                 lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any] | TrialResult:
+                 lease: LeaseTerms | None = None, pool=None) -> TrialState | TrialResult:
     """Lease ``topology.nodes`` free nodes (waiting up to the retry policy's lease wait) and start
     the trial there. Returns its state (``leases`` and ``image`` added; the watch renews the leases
-    to ``lease_ttl_s``), or the result when no nodes could be had. A stop ends the wait.
+    to ``lease.ttl_s``), or the result when no nodes could be had. A stop ends the wait.
     ``pool``: the caller's (it goes on to watch the trial), else one of its own for the start.
-    ``lease_wait_s``: wait this long for the nodes instead of the settings' ``lease_wait_s``;
-    ``busy_returns``: return ``{"waiting": reason}`` when none were free by then, recording nothing
-    (the caller waits elsewhere, e.g. a deferred task without a worker slot, and calls again)."""
+    ``lease``: :class:`LeaseTerms` (with ``busy_returns`` the caller waits elsewhere, e.g. a
+    deferred task without a worker slot, and calls again)."""
+    lease = lease or LeaseTerms()
     cluster = pool.cluster if pool is not None else load_cluster(settings)
     topo = trial.cell.topology
-    fits = usable_nodes(cluster, trial, rd, settings)  # A/B: pinned nodes; else not quarantined, spread (issue 17)
+    fits = usable_nodes(cluster, trial, rd, settings)  # A/B: pinned nodes; else not quarantined, spread
     if len(fits) < topo.nodes:
         raise NonRetriable(f"trial {trial.id}: cluster {cluster.name} has no {topo.nodes} nodes with "
                            f"{topo.gpus_per_node} GPUs")
@@ -149,28 +156,29 @@ def start_leased(trial: Trial, suite, rd: RunDir, settings, *, image: str | None
     stop = _STOP_EVENTS[_stop_key(rd.run_id, trial.key)] = threading.Event()
     runtime = _runtime(suite, cluster, image)
     with (contextlib.nullcontext(pool) if pool is not None else SSHPool(cluster)) as pool:
-        wait_s = settings.lease_wait_s if lease_wait_s is None else lease_wait_s
+        wait_s = settings.lease_wait_s if lease.wait_s is None else lease.wait_s
         held = lease_group(pool, fits, topo.nodes, rd.run_id, wait_s=wait_s, stop=stop)
         if isinstance(held, str):
-            if busy_returns and not stop.is_set():
+            if lease.busy_returns and not stop.is_set():
                 return {"waiting": held}
             status = TrialStatus.NOT_RUN if stop.is_set() else TrialStatus.NODE_UNREACHABLE
             return TrialResult(trial=trial, status=status, reason=held)
         try:  # the leases renew themselves while the trial starts (an image pull can outlast their TTL)
             state = start_on_nodes(cluster, [n for h in held for n in h.nodes], trial, suite, rd, pool=pool,
-                                   runtime=runtime, attempt=attempt, display=display)
+                                   runtime=runtime, watch=TrialWatch(attempt=attempt), display=display)
         except BaseException:
             for h in held:
                 h.release()
             raise
         leases = [x.to_doc() for h in held for x in h.detach()]  # from here the watch renews them
-    state.update(leases=leases, image=image)
-    if state.get("watch"):
-        state["watch"].update(leases=leases, lease_ttl_s=float(lease_ttl_s), renewed_at=0.0)
+    state["leases"], state["image"] = leases, image
+    watch = state.get("watch")
+    if watch:
+        watch.update(leases=leases, lease_ttl_s=float(lease.ttl_s), renewed_at=0.0)
     return state
 
 
-def finish_leased(state: Mapping[str, Any], verdict, suite, rd: RunDir, settings, *, display=None,
+def finish_leased(state: TrialState, verdict: Verdict | None, suite, rd: RunDir, settings, *, display=None,
                   pool=None) -> TrialResult:
     """Finish a trial :func:`start_leased` started (any process, any host): collect, clean, gate,
     release its leases."""
@@ -211,19 +219,19 @@ def before_trial(item: TrialItem | Mapping[str, Any], trial: Trial, suite, rd: R
     SKIPPED record when the adaptive rule stopped its cell, else None. The cell's earlier records
     come from the run's staging area first (no shared disk between the trial tasks)."""
     def fetch(trials: list[Trial]) -> None:
-        Staging(open_store(settings), rd.run_id).pull(rd.path, only=[f"{TRIALS_DIR}/{t.key}.json" for t in trials])
+        Staging(engine_store(settings), rd.run_id).pull(rd.path, only=[f"{TRIALS_DIR}/{t.key}.json" for t in trials])
 
     return Decisions.from_run_dir(rd, suite).before_trial(trial, fetch=fetch)
 
 
-def start_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
-               log: Callable[[str], None] | None = None, lease_ttl_s: float = FINISH_LEASE_TTL_S, display=None,
-               pool=None, lease_wait_s: float | None = None, busy_returns: bool = False) -> dict[str, Any]:
+def start_item(item: TrialItem | Mapping[str, Any], settings, attempt: TaskTry | None = None, *,
+               lease: LeaseTerms | None = None, display=None, pool=None) -> dict[str, Any]:
     """The first half of one planned trial: ``{"record": ...}`` when it is done already (dry run,
     a valid record in the run dir: ``reused``, the local runtime runs it whole here), else
     ``{"started": state}`` (remote jobs running, nodes leased; :func:`finish_item` ends it), or
-    with ``busy_returns`` ``{"waiting": reason}`` when no nodes were free within ``lease_wait_s``
-    (nothing recorded; see :func:`start_leased`)."""
+    with ``lease.busy_returns`` ``{"waiting": reason}`` when no nodes were free within
+    ``lease.wait_s`` (nothing recorded; see :func:`start_leased`). ``attempt``: :class:`TaskTry`."""
+    attempt = attempt or TaskTry()
     item = TrialItem.of(item)
     trial = item.trial
     if item.dry_run:
@@ -233,58 +241,58 @@ def start_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int
     done = rd.reusable(trial)
     if done is not None:  # a re-run of the scheduled run: this trial already has a valid result
         return {"record": {**trial_record(done), "reused": True}}
-    suite = load_suite(item.suite, settings)
-    if (skip := before_trial(item, trial, suite, rd, settings)) is not None:  # issue 17: the cell's median is known
+    suite = load_suite(item.suite, settings.catalog_path)
+    if (skip := before_trial(item, trial, suite, rd, settings)) is not None:  # the cell's median is known
         return {"record": trial_record(skip)}
-    display = display or display_for(item, log, settings)
+    display = display or display_for(item, attempt.log, settings)
     if settings.is_local:
-        return {"record": _record(item, rd, run_local(trial, suite, rd, display), display, try_number, max_tries)}
+        return {"record": _record(item, rd, run_local(trial, suite, rd, display), display, attempt)}
     try:
-        got = start_leased(trial, suite, rd, settings, image=item.image, attempt=try_number,
-                           display=display, lease_ttl_s=lease_ttl_s, pool=pool,
-                           lease_wait_s=lease_wait_s, busy_returns=busy_returns)
+        got = start_leased(trial, suite, rd, settings, image=item.image, attempt=attempt.number,
+                           display=display, lease=lease, pool=pool)
     finally:
         _STOP_EVENTS.pop(_stop_key(rd.run_id, trial.key), None)
     if isinstance(got, TrialResult):
-        return {"record": _record(item, rd, got, display, try_number, max_tries)}
+        return {"record": _record(item, rd, got, display, attempt)}
     if "waiting" in got:
-        return got
+        return {"waiting": got["waiting"]}
     return {"started": got}
 
 
-def finish_item(item: TrialItem | Mapping[str, Any], settings, state: Mapping[str, Any], verdict, *, try_number: int = 1,
-                max_tries: int = 1, log: Callable[[str], None] | None = None, pool=None,
-                display=None) -> dict[str, Any]:
+def finish_item(item: TrialItem | Mapping[str, Any], settings, state: TrialState, verdict: Verdict | None,
+                attempt: TaskTry | None = None, *, pool=None, display=None) -> dict[str, Any]:
     """The second half of :func:`start_item` (verdict: the watcher's); writes and returns the record."""
     item = TrialItem.of(item)
+    attempt = attempt or TaskTry()
     rd = RunDir(Path(item.run_dir), item.run_id)
-    display = display or display_for(item, log, settings)
-    res = finish_leased(state, verdict, load_suite(item.suite, settings), rd, settings, display=display, pool=pool)
-    return _record(item, rd, res, display, try_number, max_tries)
+    display = display or display_for(item, attempt.log, settings)
+    res = finish_leased(state, verdict, load_suite(item.suite, settings.catalog_path), rd, settings, display=display, pool=pool)
+    return _record(item, rd, res, display, attempt)
 
 
-def _record(item: TrialItem, rd: RunDir, res: TrialResult, display, try_number: int, max_tries: int) -> dict[str, Any]:
+def _record(item: TrialItem, rd: RunDir, res: TrialResult, display, attempt: TaskTry) -> dict[str, Any]:
     """Save the trial's record; raise Retriable while tries remain for a retriable status,
     NonRetriable for a failed trial under policy fail_fast."""
     out = rd.save_trial(res)
-    display.finished(res, try_number)
-    if res.status.retriable and try_number < max_tries:
-        raise Retriable(f"trial {res.trial.id}: {res.status.value}: {res.reason} (try {try_number} of {max_tries})")
+    display.finished(res, attempt.number)
+    if res.status.retriable and attempt.number < attempt.of:
+        raise Retriable(f"trial {res.trial.id}: {res.status.value}: {res.reason} "
+                        f"(try {attempt.number} of {attempt.of})")
     if res.status != TrialStatus.OK and item.policy == "fail_fast":
         raise NonRetriable(f"trial {res.trial.id}: {res.status.value}: {res.reason} (policy fail_fast)")
     return out
 
 
-def run_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int = 1, max_tries: int = 1,
-             log: Callable[[str], None] | None = None, poll_s: float = 0.5) -> dict[str, Any]:
+def run_item(item: TrialItem | Mapping[str, Any], settings, attempt: TaskTry | None = None, *,
+             poll_s: float = 0.5) -> dict[str, Any]:
     """One planned trial, whole, in this process (:func:`start_item`, the watcher, :func:`finish_item`:
     the same halves a deferred task runs, with the trigger's poll rules in between); its record."""
+    attempt = attempt or TaskTry()
     item = TrialItem.of(item)
-    display = display_for(item, log, settings)
+    display = display_for(item, attempt.log, settings)
     # one SSH pool (connections made when first used) for the start, the watch and the finish
     with (contextlib.nullcontext() if settings.is_local else SSHPool(load_cluster(settings))) as pool:
-        got = start_item(item, settings, try_number=try_number, max_tries=max_tries, log=log, display=display,
-                         pool=pool)
+        got = start_item(item, settings, attempt, display=display, pool=pool)
         if "record" in got:
             return got["record"]
         state = got["started"]
@@ -292,8 +300,7 @@ def run_item(item: TrialItem | Mapping[str, Any], settings, *, try_number: int =
         stop = _STOP_EVENTS[key] = threading.Event()  # fresh, as in start_leased
         try:
             return _watch_and_finish(pool, state, poll_s, stop, display, lambda verdict: finish_item(
-                item, settings, state, verdict, try_number=try_number, max_tries=max_tries, log=log, pool=pool,
-                display=display))
+                item, settings, state, verdict, attempt, pool=pool, display=display))
         finally:
             _STOP_EVENTS.pop(key, None)
 
@@ -325,7 +332,7 @@ def stop_runs(run_ids: set[str]) -> None:
             event.set()
 
 
-def abort_started(state: Mapping[str, Any], cluster, pool=None) -> list[str]:
+def abort_started(state: TrialState, cluster, pool=None) -> list[str]:
     """Stop a started trial nobody will finish (its deferred task was killed): its jobs and
     telemetry loops killed, job directories and containers removed, leases released. Notes."""
     own = pool is None

@@ -1,4 +1,4 @@
-"""What a regression verdict is based on: ONE place that counts the cells (issue 26.1).
+"""What a regression verdict is based on: ONE place that counts the cells.
 
 Every surface that reports a regression check (``dlperf results check`` / ``show``, the task
 log, ``make run``'s summary, the results page, the DAG run note, notifications) takes its

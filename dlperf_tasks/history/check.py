@@ -27,6 +27,7 @@ from dlperf_tasks.store.backends import sha256_bytes
 from dlperf_tasks.store.index import update_index
 from dlperf_tasks.history.loss import FLAG, loss_verdicts
 from dlperf_tasks.history.confirm import notify_only_confirmed
+from dlperf_tasks.report.flags import flags_text
 
 MANIFEST_KEY = "regressions"
 _log = logging.getLogger("dlperf.history")
@@ -86,6 +87,12 @@ def add_loss_verdicts(report: RegressionReport, result: dict, rows: list[dict]) 
     report.findings.sort(key=lambda v: (v.kind, v.cell_id))
 
 
+def run_flags(result: dict) -> dict[str, str]:
+    """The flags of the run's cells (report/flags.py's one wording), by cell id; unflagged cells left out."""
+    return {str(c.get("cell_id")): text for c in result.get("cells") or [] if isinstance(c, dict)
+            for text in [flags_text(c)] if text}
+
+
 def check_run(store: Any, run_id: str, config: RegressConfig | None = None, *, record: bool = True,
               notify_target: str | None = None, notify_default: bool = True,
               log: logging.Logger | None = _log) -> RegressionReport:
@@ -94,6 +101,7 @@ def check_run(store: Any, run_id: str, config: RegressConfig | None = None, *, r
     rows = store.list_runs(suite=current.suite)
     report = detect(current, [RunView.from_summary(s) for s in rows], config)
     add_loss_verdicts(report, result, rows)
+    report.cell_flags = run_flags(result)
     if log is not None:
         for line in report.summary_lines():
             (log.warning if report.findings else log.info)(line)

@@ -144,6 +144,8 @@ def findings_message(report: Mapping[str, Any], results_url: str | None = None) 
                                 f"{report.get('run_id')}")
 
     lines = [subject] + [_finding_line(f) for f in findings] + [f"basis: {basis_line(basis_of(report))}"]
+    flagged = report.get("cell_flags") or {}
+    lines += [f"flags {cid}: {text}" for cid, text in sorted(flagged.items())]
     if results_url:
         lines.append(f"results: {results_url}")
     return {"kind": "findings", "subject": subject, "text": "\n".join(lines), "url": results_url,

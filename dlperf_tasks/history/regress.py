@@ -114,6 +114,8 @@ class RegressionReport:
     config: RegressConfig
     verdicts: list[Verdict] = field(default_factory=list)
     findings: list[Verdict] = field(default_factory=list)
+    #: the run's flagged cells (cell id -> report.flags.flags_text), shown beside the findings
+    cell_flags: dict[str, str] = field(default_factory=dict)
 
     @property
     def noisy(self) -> list[Verdict]:
@@ -143,6 +145,7 @@ class RegressionReport:
             "insufficient_history": sorted({v.cell_id for v in self.verdicts if v.status == INSUFFICIENT}),
             "undecided": [v.to_dict() for v in self.verdicts if v.status == UNDECIDED],
             "loss": [v.to_dict() for v in self.verdicts if v.kind == "loss"],  # every loss sanity verdict
+            "cell_flags": dict(self.cell_flags),
         }
 
     def summary_lines(self) -> list[str]:

@@ -14,8 +14,8 @@ from typing import Any
 
 from dlperf_tasks.history.runs import RunView, sort_runs
 from dlperf_tasks.core.settings import Settings, env_name
-from dlperf_tasks.store import opener
 from dlperf_tasks.store.layout import RUN_ID_RULE
+from dlperf_tasks.store.store import open_store
 from dlperf_tasks.core.errors import DlperfError
 
 ENV = env_name("store_url")
@@ -26,9 +26,9 @@ def store_settings(url: str | None = None, settings=None):
     return (settings or Settings.load()).with_store(url)
 
 
-def open_store(url: str | None = None, settings=None):
+def store_for(url: str | None = None, settings=None):
     """The :class:`dlperf_tasks.store.Store` for ``url`` / the settings' store."""
-    return opener.open_store(store_settings(url, settings))
+    return open_store(store_settings(url, settings))
 
 
 def history_views(store: Any, suite: str, since: str | None = None) -> list[RunView]:

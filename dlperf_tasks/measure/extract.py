@@ -223,10 +223,10 @@ def gate_run_logs(trial: Trial, run_dir: str | os.PathLike, window: Window | Non
 def extract_tree(suite, log_dir: str | os.PathLike, batch_size_per_device: int | None = None,
                  window: Window | None = None, *, prefix: str | None = None,
                  progress: TextIO | Callable[[str], None] | None = None, keep_samples: bool = True,
-                 sample_sink: Callable[[TrialResult], Any] | None = None) -> ExtractResult:
+                 sample_sink: Callable[[Samples], Any] | None = None) -> ExtractResult:
     """Parse, gate and aggregate every trial found under ``log_dir`` with ``suite``'s framework.
 
-    Memory (issue 28.3): with ``keep_samples=False`` each trial's samples are dropped once it is
+    Memory: with ``keep_samples=False`` each trial's samples are dropped once it is
     gated (the medians, speedups and reasons need none of them), so memory is that of the largest
     trial, not of the tree. ``sample_sink(samples)`` is called first with each gated trial's samples (e.g.
     :class:`dlperf_tasks.report.result_stream.SampleSpool`'s ``put`` of its samples) and implies

@@ -200,7 +200,7 @@ def discover(source_files: Iterable[str], suite, window: Window, batch_size_per_
         if not rel.endswith(".log"):
             continue
         key, trial, node, why = _place(rel, suite, window, megatron, batch_size_per_device, prefix, prefixes)
-        if key is None:
+        if key is None or trial is None:
             skipped.append((rel, why))
             continue
         if node >= trial.cell.topology.nodes:

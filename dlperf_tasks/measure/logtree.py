@@ -1,6 +1,6 @@
 """A log tree on disk or in a tar archive: list its regular files, stream one file's bytes, safely.
 
-Safety (issue 13.6): only regular files are read (a FIFO, a device or a symlink to ``/dev/zero``
+Safety: only regular files are read (a FIFO, a device or a symlink to ``/dev/zero``
 is listed as not used, never opened for reading; a file is opened with ``O_NONBLOCK`` and
 checked with ``fstat`` so one swapped for a FIFO after listing cannot block either); a symlink
 is followed only when its target is a regular file inside the tree (never outside: none of an
@@ -94,7 +94,7 @@ class LogTree:
 
     def _walk_tar(self) -> Iterator[str]:
         try:
-            for m in self.tar:  # iterating reads the member headers, not their data
+            for m in self.tar or ():  # iterating reads the member headers, not their data
                 rel = str(_posix_path(m.name.lstrip("./") or m.name))
                 if not m.isfile():
                     if m.name.endswith(".log"):

@@ -196,9 +196,10 @@ def aggregate(trial_results: Iterable[TrialResult]) -> list[CellStats]:
         if base is None or base.median is None or base.median <= 0:
             st.speedup_state = SPEEDUP_MISSING_BASELINE
             continue
-        st.speedup = dlperf_round(st.median / base.median)
+        speedup = dlperf_round(st.median / base.median)
+        st.speedup = speedup
         st.speedup_state = SPEEDUP_BASELINE if st is base else SPEEDUP_OK
-        st.scaling_efficiency = dlperf_round(st.speedup / st.cell.topology.world_size, 4)
+        st.scaling_efficiency = None if speedup is None else dlperf_round(speedup / st.cell.topology.world_size, 4)
     return cells
 
 

@@ -1,6 +1,6 @@
 """Steady state within a trial's measured window, and loss sanity against a cell's history.
 
-Steady state (issue 16.4): a trial is *trending* when the per-iteration speed of its measured
+Steady state: a trial is *trending* when the per-iteration speed of its measured
 window still moves, judged two ways that must both agree:
 
 * Mann-Kendall rank trend test (two-sided, normal approximation with the tie correction):
@@ -125,7 +125,8 @@ def cell_steadiness(trials: dict[str, Sequence[float]], warmup: int, **kw) -> di
     suggestion = None
     if unsteady:
         cuts = [suggest_cut(list(trials[tid]), **kw) for tid in unsteady]
-        suggestion = None if any(c is None for c in cuts) else warmup + max(cuts)
+        known = [c for c in cuts if c is not None]
+        suggestion = warmup + max(known) if len(known) == len(cuts) else None
     return {"steady": not unsteady, "trials": per, "unsteady": unsteady, "suggested_warmup": suggestion}
 
 
@@ -151,7 +152,7 @@ def loss_verdict(final_losses: Sequence[float], history: Iterable[float]) -> dic
     fl = [float(x) for x in final_losses if isinstance(x, (int, float)) and math.isfinite(float(x))]
     hs = [float(x) for x in history if isinstance(x, (int, float)) and math.isfinite(float(x))]
     cur = statistics.median(fl) if fl else None
-    out = {"status": "ok", "label": None, "final_loss": None if cur is None else round(cur, 6), "band": None,
+    out: dict[str, Any] = {"status": "ok", "label": None, "final_loss": None if cur is None else round(cur, 6), "band": None,
            "history_runs": len(hs), "history_median": round(statistics.median(hs), 6) if hs else None, "detail": ""}
     band = loss_band(hs)
     if cur is None:
@@ -200,8 +201,10 @@ def history_rows(index_rows: Iterable[Mapping[str, Any]], cell_id: str, run: Map
         if (me[0] and _order(row) >= me) or not same_training(row.get("window"), run.get("window")):
             continue
         c = (row.get("cells") or {}).get(cell_id) or {}
-        vals = c.get("final_losses") if isinstance(c.get("final_losses"), list) else [c.get("final_loss")]
-        vals = [float(x) for x in vals if isinstance(x, (int, float)) and math.isfinite(float(x))]
+        raw = c.get("final_losses")
+        if not isinstance(raw, list):
+            raw = [c.get("final_loss")]
+        vals = [float(x) for x in raw if isinstance(x, (int, float)) and math.isfinite(float(x))]
         if vals:
             out.append((row, statistics.median(vals)))
     return out[-limit:] if limit else out

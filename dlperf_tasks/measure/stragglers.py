@@ -107,7 +107,7 @@ def step_times(samples: Iterable[Sample], window: Window | None = None) -> dict[
     lo, hi = (window.warmup, window.warmup + window.measure) if window else (None, None)
 
     def measured(it: int) -> bool:
-        return lo is None or lo < it <= hi
+        return lo is None or hi is None or lo < it <= hi
 
     out: dict[int | None, list[float]] = {}
     for rank, ss in by_rank.items():
@@ -157,15 +157,16 @@ def compare(per_node: Mapping[str, Sequence[float]], *, trial_id: str = "", thre
         if len(timings) >= 2:
             notes.append("fewer than 2 nodes with step times: nothing to compare")
     else:
+        step = {t.node: float(t.median_step_s or 0.0) for t in judged}  # judged: each has a median
         for t in judged:
-            others = statistics.median([o.median_step_s for o in judged if o is not t])
-            slowdown[t.node] = round(t.median_step_s / others - 1.0, 6) if others > 0 else 0.0
+            others = statistics.median([step[o.node] for o in judged if o is not t])
+            slowdown[t.node] = round(step[t.node] / others - 1.0, 6) if others > 0 else 0.0
     slow = sorted((n for n, s in slowdown.items() if s > threshold), key=lambda n: -slowdown[n])
     return StragglerReport(trial_id=trial_id, nodes=timings, slow=slow, threshold=threshold, slowdown=slowdown,
                            notes=notes)
 
 
-def per_node_step_times(node_samples: Mapping[int, Sequence[Sample]], node_names: Sequence[str], gpus_per_node: int,
+def per_node_step_times(node_samples: Mapping[int, Iterable[Sample]], node_names: Sequence[str], gpus_per_node: int,
                         window: Window | None = None) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
     """Attribute each node log's step times to nodes: a log's untagged lines (or a log whose ranks
     all belong to its own node) go to the node that wrote it; ranks of other nodes (one log for

@@ -59,7 +59,7 @@ def _ranges(numbers: list[int]) -> str:
     for n in numbers:
         if start is None:
             start = prev = n
-        elif n == prev + 1:
+        elif prev is not None and n == prev + 1:
             prev = n
         else:
             out.append(f"{start}-{prev}" if start != prev else str(start))
@@ -331,7 +331,8 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
         if problem:
             reasons.append(problem)
 
-    if runtime_status not in (None, TrialStatus.OK):
+    status: TrialStatus
+    if runtime_status is not None and runtime_status is not TrialStatus.OK:
         status = runtime_status
         reasons = ([runtime_reason] if runtime_reason else [runtime_status.value.lower()]) + reasons
     elif nonzero:

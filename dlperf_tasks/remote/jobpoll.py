@@ -41,6 +41,7 @@ from dlperf_tasks.remote.jobs import JobPaths, RemoteJob, exit_code, is_alive, k
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.remote.watch import progress_state
 from dlperf_tasks.remote.allocation import renew_all
+from dlperf_tasks.remote.trialdocs import Verdict
 
 STARTUP_S = 10.0  # a job younger than this may not have written its pid file yet
 READ_MAX = 1 << 20  # log bytes read per job and poll (progress only; the finish copies the full logs)
@@ -172,7 +173,7 @@ def lost_lease_reason(watch: Mapping[str, Any] | None) -> str | None:
             "used the node): not counted")
 
 
-def poll_once(pool, w: JobsWatch, now: float | None = None) -> dict[str, Any] | None:
+def poll_once(pool, w: JobsWatch, now: float | None = None) -> Verdict | None:
     """One poll of every job; the verdict (``{"status", "exit_codes", "reason"[, "nodes"]}``) or
     None while the trial runs on. ``w`` keeps the progress seen (serialize it again afterwards)."""
     now = time.time() if now is None else now
@@ -213,7 +214,7 @@ def poll_once(pool, w: JobsWatch, now: float | None = None) -> dict[str, Any] | 
 
 
 def wait(pool, w: JobsWatch, poll_s: float, stop: Callable[[], bool] | None = None,
-         tick: Callable[[int], None] | None = None) -> dict[str, Any]:
+         tick: Callable[[int], None] | None = None) -> Verdict:
     """Poll until a verdict (the in-process watcher; a trigger runs the same :func:`poll_once`).
     ``stop()`` true -> ``{"status": "stopped"}``; ``tick(iteration)`` on each new iteration."""
     seen = w.max_iteration

@@ -38,6 +38,7 @@ from dlperf_tasks.frameworks.preflight import LaunchGuardError
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.remote import jobpoll
 from dlperf_tasks.remote.inventory import Cluster
+from dlperf_tasks.remote.trialdocs import TrialState, Verdict
 from dlperf_tasks.remote.runtime import DockerRuntime, HostRuntime, NodeFacts, make_runtime, safe_name
 from dlperf_tasks.remote.ssh import SSHPool
 from dlperf_tasks.remote.trialnodes import (LAUNCH_EXIT_CODES, VANISHED, LaunchError, NodeRun, cleanup, collect,
@@ -48,7 +49,7 @@ from dlperf_tasks.remote.runtime import remove_containers_command
 from dlperf_tasks.measure.extract import gate_run_logs
 
 log = logging.getLogger(__name__)
-__all__ = ["Progress", "run_trial", "start_trial", "finish_trial", "abort_trial", "LAUNCH_EXIT_CODES", "VANISHED"]
+__all__ = ["Progress", "TrialWatch", "run_trial", "start_trial", "finish_trial", "abort_trial", "LAUNCH_EXIT_CODES", "VANISHED"]
 
 
 @dataclass
@@ -67,7 +68,7 @@ class _Stopped(Exception):
 
 
 #: the verdict of a trial stopped by request (interrupt, SIGTERM, a killed task)
-STOPPED = {"status": "stopped", "exit_codes": {}, "reason": "stopped by request (SIGTERM/interrupt)"}
+STOPPED: Verdict = {"status": "stopped", "exit_codes": {}, "reason": "stopped by request (SIGTERM/interrupt)"}
 
 
 class _TrialRun:
@@ -209,19 +210,20 @@ def _check_nodes(cluster: Cluster, node_names: list[str], trial: Trial) -> None:
 
 
 def start_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_id: str, *, pool: SSHPool,
-                runtime: HostRuntime, facts: Mapping[str, NodeFacts] | None = None, attempt: int = 1,
-                timeout_s: float | None = None, hang_timeout_s: float | None = None,
-                unreachable_grace_s: float = 8.0, progress: Callable[[Progress], None] | None = None) -> dict:
-    """Start ``trial`` on ``node_names`` (node rank order); returns its state (plain data):
-    ``{"trial", "run_id", "nodes", "attempt", "started", "ranks", "watch", "failed"}``. ``failed``
-    (``{"status", "reason"}``) when it could not start; ``watch`` is None when nothing started."""
+                runtime: HostRuntime, facts: Mapping[str, NodeFacts] | None = None,
+                watch: TrialWatch | None = None) -> TrialState:
+    """Start ``trial`` on ``node_names`` (node rank order); returns its :class:`TrialState` (plain
+    data). ``failed`` when it could not start; ``watch`` is None when nothing started. ``watch``
+    (:class:`TrialWatch`): the attempt, time limits, unreachable grace and progress."""
     _check_nodes(cluster, node_names, trial)
-    timeout_s = float(timeout_s if timeout_s is not None else suite.timeout_s)
-    hang_timeout_s = float(hang_timeout_s if hang_timeout_s is not None else suite.hang_timeout_s)
-    tr = _TrialRun(cluster, node_names, trial, suite, run_id, None, pool, runtime, attempt, progress)
-    state: dict[str, Any] = {"trial": trial.to_dict(), "run_id": run_id, "nodes": list(node_names),
-                             "attempt": attempt, "started": time.time(), "ranks": [], "watch": None,
-                             "failed": None, "unreachable": []}
+    w = watch or TrialWatch()
+    timeout_s = float(w.timeout_s if w.timeout_s is not None else suite.timeout_s)
+    hang_timeout_s = float(w.hang_timeout_s if w.hang_timeout_s is not None else suite.hang_timeout_s)
+    unreachable_grace_s = w.unreachable_grace_s
+    tr = _TrialRun(cluster, node_names, trial, suite, run_id, None, pool, runtime, w.attempt, w.progress)
+    state: TrialState = {"trial": trial.to_dict(), "run_id": run_id, "nodes": list(node_names),
+                         "attempt": w.attempt, "started": time.time(), "ranks": [], "watch": None,
+                         "failed": None, "unreachable": []}
     try:
         if facts is None:
             facts = HostRuntime.prepare(runtime, pool, list(node_names))
@@ -252,7 +254,7 @@ def start_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, ru
     return state
 
 
-def _resume(cluster: Cluster, state: Mapping[str, Any], suite, out_dir, pool, runtime, progress) -> _TrialRun:
+def _resume(cluster: Cluster, state: TrialState, suite, out_dir, pool, runtime, progress) -> _TrialRun:
     trial = Trial.from_dict(state["trial"])
     tr = _TrialRun(cluster, state["nodes"], trial, suite, state["run_id"], Path(out_dir), pool, runtime,
                    int(state["attempt"]), progress)
@@ -265,11 +267,14 @@ def _resume(cluster: Cluster, state: Mapping[str, Any], suite, out_dir, pool, ru
     return tr
 
 
-def finish_trial(cluster: Cluster, state: Mapping[str, Any], verdict: Mapping[str, Any] | None, suite,
-                 out_dir: str | os.PathLike, *, pool: SSHPool, runtime: HostRuntime, kill_grace_s: float = 5.0,
-                 progress: Callable[[Progress], None] | None = None) -> TrialResult:
+def finish_trial(cluster: Cluster, state: TrialState, verdict: Verdict | None, suite,
+                 out_dir: str | os.PathLike, *, pool: SSHPool, runtime: HostRuntime,
+                 watch: TrialWatch | None = None) -> TrialResult:
     """The second half: stop what still runs, copy the logs to ``out_dir``, clean the nodes, gate.
-    ``verdict``: what :func:`~dlperf_tasks.remote.jobpoll.poll_once` said (None: the start failed)."""
+    ``verdict``: what :func:`~dlperf_tasks.remote.jobpoll.poll_once` said (None: the start failed).
+    ``watch``: the kill's grace and where progress goes."""
+    w = watch or TrialWatch()
+    kill_grace_s, progress = w.kill_grace_s, w.progress
     trial = Trial.from_dict(state["trial"])
     failed = state.get("failed")
     if failed and not (state.get("watch") or {}).get("jobs") and not state.get("ranks"):
@@ -290,7 +295,7 @@ def finish_trial(cluster: Cluster, state: Mapping[str, Any], verdict: Mapping[st
     return res
 
 
-def abort_trial(cluster: Cluster, state: Mapping[str, Any], pool: SSHPool, kill_grace_s: float = 5.0) -> list[str]:
+def abort_trial(cluster: Cluster, state: TrialState, pool: SSHPool, kill_grace_s: float = 5.0) -> list[str]:
     """Stop a started trial nobody will finish (its task was killed while deferred): kill its jobs,
     remove its job directories and its containers on every node. Returns notes (nodes not clean)."""
     notes: list[str] = []
@@ -309,37 +314,48 @@ def abort_trial(cluster: Cluster, state: Mapping[str, Any], pool: SSHPool, kill_
     return notes
 
 
+@dataclass
+class TrialWatch:
+    """How one in-process trial is watched: its attempt number, poll interval, time limits (None: the
+    suite's), how long a node may be unreachable, the kill's grace, where progress goes, and an event
+    that, set from outside (a SIGTERM handler), stops the trial like a kill."""
+
+    attempt: int = 1
+    poll_s: float = 0.25
+    timeout_s: float | None = None
+    hang_timeout_s: float | None = None
+    unreachable_grace_s: float = 8.0
+    kill_grace_s: float = 5.0
+    progress: Callable[[Progress], None] | None = None
+    stop_event: threading.Event | None = None
+
+
 def run_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, run_id: str, out_dir: str | os.PathLike,
               *, pool: SSHPool | None = None, runtime: HostRuntime | None = None,
-              facts: Mapping[str, NodeFacts] | None = None, attempt: int = 1, poll_s: float = 0.25,
-              timeout_s: float | None = None, hang_timeout_s: float | None = None,
-              unreachable_grace_s: float = 8.0, kill_grace_s: float = 5.0,
-              progress: Callable[[Progress], None] | None = None,
-              stop_event: threading.Event | None = None) -> TrialResult:
+              facts: Mapping[str, NodeFacts] | None = None, watch: TrialWatch | None = None) -> TrialResult:
     """Run ``trial`` on ``node_names`` in this process: :func:`start_trial`, the watcher's
     :func:`~dlperf_tasks.remote.jobpoll.wait`, :func:`finish_trial`; the gated result.
 
     ``out_dir`` receives the logs. ``pool``/``runtime``/``facts`` come from the sweep's
-    preparation; when omitted they are created here (host runtime facts probed).
-    ``stop_event`` set from outside (SIGTERM handler) stops the trial like a kill.
+    preparation; when omitted they are created here (host runtime facts probed). ``watch``: see
+    :class:`TrialWatch` (its defaults when None).
     """
+    w = watch or TrialWatch()
     own_pool = pool is None
     pool = pool or SSHPool(cluster)
     runtime = runtime or make_runtime(suite.container, registry=cluster.registry, launcher=suite.launcher,
                                       ssh_port=cluster.mpi_ssh_port)
     try:
         state = start_trial(cluster, node_names, trial, suite, run_id, pool=pool, runtime=runtime, facts=facts,
-                            attempt=attempt, timeout_s=timeout_s, hang_timeout_s=hang_timeout_s,
-                            unreachable_grace_s=unreachable_grace_s, progress=progress)
-        return watch_then_finish(pool, state, poll_s, stop_event, progress, lambda verdict: finish_trial(
-            cluster, state, verdict, suite, out_dir, pool=pool, runtime=runtime, kill_grace_s=kill_grace_s,
-            progress=progress))
+                            watch=w)
+        return watch_then_finish(pool, state, w.poll_s, w.stop_event, w.progress, lambda verdict: finish_trial(
+            cluster, state, verdict, suite, out_dir, pool=pool, runtime=runtime, watch=w))
     finally:
         if own_pool:
             pool.close()
 
 
-def watch_then_finish(pool: SSHPool, state: dict, poll_s: float, stop_event: threading.Event | None,
+def watch_then_finish(pool: SSHPool, state: TrialState, poll_s: float, stop_event: threading.Event | None,
                       progress: Callable[[Progress], None] | None, finish: Callable[[Any], Any]) -> Any:
     """The in-process watcher between start and ``finish(verdict)`` (a deferred task's trigger
     runs the same poll rules); an interrupt (KeyboardInterrupt, SIGTERM) still finishes the
@@ -355,8 +371,8 @@ def watch_then_finish(pool: SSHPool, state: dict, poll_s: float, stop_event: thr
     return finish(verdict)
 
 
-def wait_trial(pool: SSHPool, state: dict, poll_s: float, stop_event: threading.Event | None = None,
-               progress: Callable[[Progress], None] | None = None) -> dict | None:
+def wait_trial(pool: SSHPool, state: TrialState, poll_s: float, stop_event: threading.Event | None = None,
+               progress: Callable[[Progress], None] | None = None) -> Verdict | None:
     """Watch a started trial in this process until the verdict (``state["watch"]`` kept up to date;
     an interrupt stops it like a kill: the nodes are cleaned by whoever catches it)."""
     if state.get("failed") or not state.get("watch"):

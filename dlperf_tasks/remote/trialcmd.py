@@ -1,5 +1,5 @@
 """The commands of one trial attempt, built once: what a real trial starts on each node and what
-``dlperf sweep --dry-run --cluster`` prints (issue 24.5).
+``dlperf sweep --dry-run --cluster`` prints.
 
 Every command goes through the framework's ``checked_launch`` (the pre-launch guard) and, when the
 suite applies source patches, starts through the applier (catalog/patches.py); the MPI sshd helper

@@ -1,4 +1,4 @@
-"""Flags a reader must see beside a cell's numbers (issue 26.1): a noisy cell (CV of its valid
+"""Flags a reader must see beside a cell's numbers: a noisy cell (CV of its valid
 trials above the bound, :data:`NOISY_CV`), a superlinear speedup
 (more than the cell's GPU count) or a scaling efficiency above 1, and an unsteady measurement
 window (speed still trending in some trials, dlperf_tasks/measure/steady.py), and a cell with no

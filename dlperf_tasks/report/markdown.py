@@ -257,7 +257,7 @@ def render_dlperf_text(result: Mapping[str, Any]) -> str:
 def dlperf_text_lines(result: Mapping[str, Any]) -> Iterator[str]:
     """:func:`render_dlperf_text` line by line (no newline), for a caller that writes them as they
     come: the growing dicts make the text quadratic in the trials of a cell (5 MB for 1,256 PyTorch
-    logs), so ``dlperf extract`` never holds all of it (issue 28.3)."""
+    logs), so ``dlperf extract`` never holds all of it."""
     invalid: list[str] = []
     any_line = False
     for c in result.get("cells", []):

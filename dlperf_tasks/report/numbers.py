@@ -1,4 +1,4 @@
-"""One number format for what people read (issue 26.5): speeds, speedups, efficiencies and
+"""One number format for what people read: speeds, speedups, efficiencies and
 dispersion with 2 decimals, the coefficient of variation as a percentage with 2 decimals.
 report.md's tables (except the seed tables, which keep the seeds' own format byte for byte),
 the results page and ``make run``'s table use these."""

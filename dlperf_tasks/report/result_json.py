@@ -17,6 +17,11 @@ Format (``schema_version`` 1; documented in docs/TEAM_NOTES.md "Result JSON")::
 ``samples`` are ``[iteration, value]`` or ``[iteration, value, rank]`` (rank when the log
 names it); non-finite raw values are written as the strings ``"NaN"``, ``"Infinity"``,
 ``"-Infinity"`` so the file stays strict JSON.
+
+This module owns what a trial and a cell become in the document (:func:`trial_to_dict`,
+:func:`cell_to_dict`, :func:`build_result`; the run dir's trial record is :func:`trial_record`);
+:mod:`dlperf_tasks.report.result_stream` owns how the document is laid out in bytes
+(``write_document``: :func:`dumps`, :func:`write_result` and ``dlperf extract`` all go through it).
 """
 
 from __future__ import annotations
@@ -32,9 +37,7 @@ from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.core.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
 from dlperf_tasks.measure.extract import dlperf_model_key
 from dlperf_tasks.measure.stats import CellStats, dlperf_dict, dlperf_round
-
-# (json, datetime and the atomic writer are imported where used: start-up of dlperf extract,
-# whose --format dlperf builds the document but never serialises it here)
+from dlperf_tasks.report.result_stream import json_number, sample_row, write_document, write_result_file
 
 SCHEMA_VERSION = 1
 
@@ -91,17 +94,6 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def _num(v: float | None) -> float | str | None:
-    if v is None:
-        return None
-    v = float(v)
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "Infinity" if v > 0 else "-Infinity"
-    return v
-
-
 def _finite_or_none(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
@@ -123,12 +115,7 @@ def trial_to_dict(r: TrialResult, samples_of: Callable[[TrialResult], Any] | Non
     if samples_of is not None:
         samples = samples_of(r)
     else:
-        samples = []
-        for s in r.samples:
-            row = [s.iteration, _num(s.value)]
-            if s.rank is not None:
-                row.append(s.rank)
-            samples.append(row)
+        samples = [sample_row(s.iteration, s.value, s.rank) for s in r.samples]
     return {
         "index": r.trial.index,
         "trial_id": r.trial.id,
@@ -138,12 +125,12 @@ def trial_to_dict(r: TrialResult, samples_of: Callable[[TrialResult], Any] | Non
         "reason": r.reason,
         "value": _trial_value(r),
         "metric": None if m is None else {
-            "kind": MetricKind(m.kind).value, "value": _num(m.value),
-            "memory_mib": _num(m.memory_mib), "throughput": _num(m.throughput),
+            "kind": MetricKind(m.kind).value, "value": json_number(m.value),
+            "memory_mib": json_number(m.memory_mib), "throughput": json_number(m.throughput),
             # what memory_mib is and where it came from (never nvidia-smi's figure unless it says so),
             # and the parser's details: framework's own figure, disagreement, flags, samples per step
             "memory_source": getattr(m, "memory_source", None),
-            "details": {k: (_num(v) if isinstance(v, float) else v) for k, v in (getattr(m, "details", None) or {}).items()},
+            "details": {k: (json_number(v) if isinstance(v, float) else v) for k, v in (getattr(m, "details", None) or {}).items()},
         },
         "node_names": list(r.nodes),
         "exit_codes": dict(r.exit_codes),
@@ -303,29 +290,19 @@ def build_result(cells: list[CellStats], run: Mapping[str, Any] | None = None, *
 
 
 def dumps(result: Mapping[str, Any]) -> str:
-    """Serialise: indented, but each trial's sample list on one line (they can be long)."""
-    import json
+    """Serialise: indented, but each trial's sample list on one line (they can be long);
+    :func:`dlperf_tasks.report.result_stream.write_document`'s layout."""
+    import io
 
-    doc = json.loads(json.dumps(result))  # deep copy
-    blobs: dict[str, str] = {}
-    for ci, cell in enumerate(doc.get("cells", [])):
-        for ti, trial in enumerate(cell.get("trials", [])):
-            token = f"@@samples-{ci}-{ti}@@"
-            blobs[f'"{token}"'] = json.dumps(trial.get("samples", []), separators=(",", ":"), allow_nan=False)
-            trial["samples"] = token
-    text = json.dumps(doc, indent=2, allow_nan=False)
-    for token, blob in blobs.items():
-        text = text.replace(token, blob, 1)
-    return text + "\n"
+    buf = io.BytesIO()
+    write_document(result, None, buf)
+    return buf.getvalue().decode("utf-8")
 
 
 def write_result(result: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Validate and write atomically (temp file + rename). Returns the path."""
-    from dlperf_tasks.report.result_stream import write_atomic
-
     validate(result, where=str(path))
-    data = dumps(result).encode("utf-8")
-    return write_atomic(path, lambda fh: fh.write(data))
+    return write_result_file(result, None, path)
 
 
 def validate(result: Mapping[str, Any], where: str = "result") -> None:
@@ -336,7 +313,7 @@ def validate(result: Mapping[str, Any], where: str = "result") -> None:
     if version != SCHEMA_VERSION:
         raise ResultFormatError(
             f"{where}: unsupported schema_version {version!r} (this dlperf reads schema_version {SCHEMA_VERSION})")
-    import jsonschema  # ~80 ms to import: only commands that write or read a result file pay it (issue 28.2)
+    import jsonschema  # slow to import: only commands that write or read a result file pay it
 
     try:
         jsonschema.validate(result, SCHEMA)
@@ -367,23 +344,3 @@ def extract_result(res, run: Mapping[str, Any] | None = None) -> dict[str, Any]:
     samples_of = None if res.samples_kept else (lambda t: refs.get(id(t), []))
     return build_result(res.cells, res.run_metadata(**dict(run or {})), dlperf_model=dlperf_model_key(res.suite),
                         samples_of=samples_of)
-
-
-def dlperf_view(res) -> dict[str, Any]:
-    """The part of :func:`extract_result`'s document that ``--format dlperf`` prints
-    (:func:`dlperf_tasks.report.markdown.dlperf_text_lines`): each cell's kind, topology, median and
-    memory, its trials' index, id, status, validity, reason, value and log, and the seeds' dict. The
-    same values as the whole document (tests/unit/test_result_stream.py); no run id, no per-trial
-    metric details, no samples: ~15 % of the command on 314 PyTorch logs (issue 28.1)."""
-    cells = res.cells
-    dl = dlperf_dict(cells, dlperf_model_key(res.suite))
-    lat = _latency_dict(cells)
-    if lat:
-        dl["latency"] = lat
-    return {"cells": [{
-        "metric_kind": st.metric_kind.value, "topology": st.cell.topology.name,
-        "layout_case": st.cell.layout.case if st.cell.layout else None,
-        "median_speed": st.median, "memory_mib": st.memory_mib,
-        "trials": [{"index": r.trial.index, "trial_id": r.trial.id, "status": r.status.value, "valid": r.valid,
-                    "reason": r.reason, "log": _trial_log(r), "value": _trial_value(r)} for r in st.trials],
-    } for st in cells], "dlperf": dl}

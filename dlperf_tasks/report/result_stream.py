@@ -1,4 +1,5 @@
-"""Write a result JSON with its per-sample data streamed, not held (issue 28.1, 28.3).
+"""How a result JSON is written: the one layout (:func:`write_document`), with the per-sample
+data streamed, not held.
 
 :func:`dlperf_tasks.report.result_json.dumps` needs every trial's samples as row lists in one
 document: for a large log tree that is most of the memory and a third of ``dlperf extract``'s time
@@ -27,17 +28,27 @@ from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 _TOKEN = "@@dlperf-samples-{}@@"
-_TOKEN_RE = re.compile(r'"@@dlperf-samples-(\d+)@@"')
+_ROWS_TOKEN = "@@dlperf-rows-{}@@"
+_TOKEN_RE = re.compile(r'"@@dlperf-(samples|rows)-(\d+)@@"')
 _ROW_DUMPS = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
-def _num(v: Any) -> float | str:
+def json_number(v: float | None) -> float | str | None:
+    """A number as the result JSON holds it: non-finite values as ``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"`` (the file stays strict JSON); None stays None."""
+    if v is None:
+        return None
     v = float(v)
-    if v != v:
+    if math.isnan(v):
         return "NaN"
     if math.isinf(v):
         return "Infinity" if v > 0 else "-Infinity"
     return v
+
+
+def sample_row(iteration: int, value: float, rank: int | None) -> list[Any]:
+    """One row of a trial's ``samples``: ``[iteration, value]`` or ``[iteration, value, rank]``."""
+    return [iteration, json_number(value)] if rank is None else [iteration, json_number(value), rank]
 
 
 def samples_json(samples) -> str:
@@ -53,10 +64,7 @@ def samples_json(samples) -> str:
             return _ROW_DUMPS(list(zip(its, fvals)))
         if None not in ranks:
             return _ROW_DUMPS(list(zip(its, fvals, ranks)))
-    rows = []
-    for it, v, r in zip(its, vals, ranks):
-        rows.append([it, _num(v)] if r is None else [it, _num(v), r])
-    return _ROW_DUMPS(rows)
+    return _ROW_DUMPS([sample_row(it, v, r) for it, v, r in zip(its, vals, ranks)])
 
 
 class SampleSpool:
@@ -98,18 +106,39 @@ class SampleSpool:
 
 
 def write_document(result: Mapping[str, Any], spool: SampleSpool | None, out: IO[bytes]) -> None:
-    """Write ``result`` (whose trials' ``samples`` are spool placeholders, or rows) to the binary
-    stream ``out`` in ``dumps``' layout."""
-    text = json.dumps(result, indent=2, allow_nan=False)
+    """Write ``result`` to the binary stream ``out``: the ONE layout of a result JSON (indented,
+    each trial's ``samples`` on one line). A trial's ``samples`` is either its rows or a spool
+    placeholder (:meth:`SampleSpool.put`), whose bytes come from ``spool``. ``result`` is not changed."""
+    rows: list[Any] = []
+    doc = dict(result)
+    if "cells" in doc:
+        doc["cells"] = [_with_row_tokens(cell, rows) for cell in doc["cells"]]
+    text = json.dumps(doc, indent=2, allow_nan=False)
     pos = 0
     for m in _TOKEN_RE.finditer(text):
         out.write(text[pos:m.start()].encode("utf-8"))
-        if spool is None:
+        if m.group(1) == "rows":
+            out.write(_ROW_DUMPS(rows[int(m.group(2))]).encode("utf-8"))
+        elif spool is None:
             raise ValueError("result document holds sample placeholders but no spool was given")
-        spool.copy_to(int(m.group(1)), out)
+        else:
+            spool.copy_to(int(m.group(2)), out)
         pos = m.end()
     out.write(text[pos:].encode("utf-8"))
     out.write(b"\n")
+
+
+def _with_row_tokens(cell: Mapping[str, Any], rows: list[Any]) -> Mapping[str, Any]:
+    """``cell`` with each trial's sample rows (not a spool placeholder) swapped for a token; the
+    rows are appended to ``rows``."""
+    trials = []
+    for trial in cell.get("trials", []):
+        samples = trial.get("samples", [])
+        if not isinstance(samples, str):
+            rows.append(samples)
+            trial = {**trial, "samples": _ROWS_TOKEN.format(len(rows) - 1)}
+        trials.append(trial)
+    return {**cell, "trials": trials}
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:

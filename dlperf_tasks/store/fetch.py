@@ -1,5 +1,5 @@
 """Download a published run into a local directory without trusting the endpoint or the
-directory (``dlperf results get``, :meth:`dlperf_tasks.store.Store.get_run`; issue 27.1/27.5).
+directory (``dlperf results get``, :meth:`dlperf_tasks.store.Store.get_run`).
 
 - each object is read in bounded pieces, never past its manifest size plus one byte, under
   one overall deadline and the minimum-progress rule (:mod:`dlperf_tasks.store.limits`);

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 INDEX_SCHEMA_VERSION = 1
 _CELL_KEYS = ("median_speed", "average_speed", "speedup", "n_valid", "n_invalid", "metric_kind", "unit",
               "topology", "batch_size_per_device", "precision", "model", "nodes", "gpus", "xla", "speedup_state",
-              "final_losses", "gpu_memory_mib")  # telemetry/loss (issue 16): the history "fast but wrong?" reads
+              "final_losses", "gpu_memory_mib")  # telemetry/loss: the history "fast but wrong?" reads
 
 
 def run_status(result: Mapping[str, Any]) -> str:
@@ -76,7 +76,7 @@ def run_summary(result: Mapping[str, Any], path: str, date: str, manifest_sha256
         "date": date, "started_at": run.get("started_at"), "finished_at": run.get("finished_at"),
         "status": run_status(result), "path": path, "manifest_sha256": manifest_sha256,
         "n_cells": len(cells), "cells": cells, "env": env,
-        "window": run.get("window"),  # the training length: final losses compare only within one (issue 16.5)
+        "window": run.get("window"),  # the training length: final losses compare only within one
     }
 
 

@@ -1,5 +1,5 @@
 """Read a suite index (``{"runs": [...], "schema_version": 1, "suite": "..."}``) run by run, in
-bounded pages, so an index of 200,000 runs never has to be held whole (issue 27.1).
+bounded pages, so an index of 200,000 runs never has to be held whole.
 
 :func:`iter_index_runs` takes the index's bytes as an iterator of pages (at most
 :data:`dlperf_tasks.store.limits.PIECE` each, see :func:`dlperf_tasks.store.limits.pieces`)

@@ -1,4 +1,4 @@
-"""Bounds on what is read back from a store: the endpoint is never trusted (issue 27.1).
+"""Bounds on what is read back from a store: the endpoint is never trusted.
 
 - every object is read in bounded pieces and never past what the reader expects (the
   manifest's size, or a HEAD/stat size under a sane bound) plus one byte: the extra byte is

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dlperf_tasks.store.state import StoreState
-from dlperf_tasks.store.opener import open_store
+from dlperf_tasks.store.store import open_store
 
 STATE_FILE = "quarantine.json"
 
@@ -72,7 +72,7 @@ class Quarantine:
 
     @classmethod
     def for_settings(cls, settings) -> "Quarantine":
-        """The service's quarantine: in the store of ``settings`` (:func:`~dlperf_tasks.store.opener.open_store`)."""
+        """The service's quarantine: in the store of ``settings`` (:func:`~dlperf_tasks.store.store.open_store`)."""
         return cls(open_store(settings))
 
     def read(self) -> dict:

@@ -1,4 +1,4 @@
-"""Which files of a run directory may leave the machine (publish, staging; issue 27.5/27.8).
+"""Which files of a run directory may leave the machine (publish, staging).
 
 Only regular files with a single link are read. Every symbolic link (a file, a directory such
 as ``logs/``, or ``report.md`` / ``result.json`` themselves), every hard link (``st_nlink > 1``:

@@ -1,4 +1,4 @@
-"""Is the run id being published already taken by a *different* run? (issue 26.4)
+"""Is the run id being published already taken by a *different* run?
 
 Publishing writes the run pointer ``index/runs/<run_id>.json`` and the suite index row keyed
 by run id, so a second, different run under an id the store already holds would silently

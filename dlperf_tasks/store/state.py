@@ -1,6 +1,6 @@
 """Small JSON documents of the service's operating state in the store (``state/<name>.json``,
 see :mod:`dlperf_tasks.store.layout`): every Celery worker and the CLI read and change the same
-copy, whatever host they run on (workers share no disk, issue 15).
+copy, whatever host they run on (workers share no disk).
 
 Updates are read-modify-write with optimistic concurrency (:mod:`dlperf_tasks.store.cas`, the
 suite indexes' too): a concurrent writer's change makes the conditional write fail and the

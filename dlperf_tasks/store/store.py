@@ -52,9 +52,7 @@ class Store:
     # ------------------------------------------------------------------ constructors
     @classmethod
     def default(cls, **kw) -> "Store":
-        """The configured store (:meth:`Settings.load`), opened the one way (store/opener.py)."""
-        from dlperf_tasks.store.opener import open_store  # the opener imports this module
-
+        """The configured store (:meth:`Settings.load`), opened the one way (:func:`open_store`)."""
         return open_store(Settings.load(), **kw)
 
     @classmethod
@@ -347,3 +345,31 @@ def _iso(v: Any) -> str | None:
 def _cmp_key(ts: str) -> str:
     """Comparable form of dates/ISO timestamps (dates compare as their midnight)."""
     return ts.replace(" ", "T")
+
+
+def open_store(settings, **overrides) -> Store:
+    """The one way from settings (:class:`dlperf_tasks.core.settings.Settings`) to a Store: the store of
+    ``settings.store_url``, redacting as ``settings`` says (raises StoreError); credentials come from the
+    environment or connections, never the URL. Keyword ``overrides`` that are not None (``redaction=``
+    from ``--redact``, ``inventory=``) win. ``Store.from_url`` / ``Store.from_settings`` stay the
+    constructors for a URL or a store mapping."""
+    kw = {"redaction": settings.redaction_spec, **{k: v for k, v in overrides.items() if v is not None}}
+    return Store.from_settings(settings.store_url, **kw)
+
+
+def require_store(store: Store) -> Store:
+    """``store`` when its location holds a store (anything published or staged there); else a
+    one-line StoreError naming the location: a mistyped ``--store`` or ``$DLPERF_STORE_URL`` is an
+    error for a reader, not an empty listing. Writers create the store and do not call this."""
+    root = getattr(store.backend, "root", None)
+    if root is not None and not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        raise StoreError(f"no store at {store.url()}: {root} {what} (mistyped --store or $DLPERF_STORE_URL?)")
+    try:
+        keys = store.backend.list_keys(store.prefix, delimiter="/")
+    except NotFound:  # an endpoint that cannot list: the read itself names what is missing
+        return store
+    if not keys:
+        raise StoreError(f"no store at {store.url()}: nothing was ever published there (mistyped --store or "
+                         f"$DLPERF_STORE_URL? 'make run' publishes into the default store)")
+    return store

@@ -1,4 +1,4 @@
-"""GPU and host telemetry per trial (issue 16): sampler commands, parsers, summaries, policy.
+"""GPU and host telemetry per trial: sampler commands, parsers, summaries, policy.
 
 Pure parts (no I/O, no Airflow): :mod:`.commands` (quoted shell builders), :mod:`.gpu`
 (nvidia-smi CSV / ``-q`` / kernel-log XID parsers), :mod:`.host` (``/proc`` loop, OFED, ibstat),

@@ -22,7 +22,7 @@ from dlperf_tasks.telemetry.sampler import load_raw
 from dlperf_tasks.telemetry.summary import Policy, measured_window, summarise_trial
 from dlperf_tasks.core.model import TrialStatus
 from dlperf_tasks.telemetry.summary import _LABELS
-from dlperf_tasks.store.opener import open_store
+from dlperf_tasks.store.store import open_store
 
 HEADING = "## GPU telemetry"
 NOT_CHECKED = {"status": "not_checked", "label": None, "final_loss": None, "band": None, "history_runs": 0,

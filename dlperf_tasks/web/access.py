@@ -53,7 +53,7 @@ def open_viewer() -> Viewer:
 
 
 def login_redirect(method: str, accept: str, login_url: str, next_url: str) -> str | None:
-    """Where a request without a valid session goes (issue 26.6): a browser opening a page (a
+    """Where a request without a valid session goes: a browser opening a page (a
     GET that accepts HTML, e.g. a bookmarked ``/dlperf/``) is sent to the login page, which
     brings it back to ``next_url``; API clients and everything else get the 401/403 as before
     (None)."""

@@ -39,7 +39,7 @@ def _suite_rows(st: Any, suite: str) -> dict:
         badge = by_id[row["run_id"]].get("regressions")
         row["checked"] = badge is not None
         row["finding_cells"] = (badge or {}).get("cells", [])
-        row["judged"] = (badge or {}).get("judged")  # None: recorded before issue 26
+        row["judged"] = (badge or {}).get("judged")  # None: recorded before verdicts stated their basis
     return {"suite": suite, "framework": runs[-1].get("framework") if runs else None, "total": total, "runs": rows}
 
 

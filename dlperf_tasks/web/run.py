@@ -34,7 +34,7 @@ def run_page(request: Request, run_id: str, viewer: Viewer = Depends(current_vie
         result = site.result_of(run_id)
         manifest = st.read_manifest(run_id)
         regressions = read_recorded(st, run_id, manifest)
-        confirmations = st.read_annotation(run_id, "confirmations")  # A/B verdicts (H8)
+        confirmations = st.read_annotation(run_id, "confirmations")  # A/B verdicts
         previous = previous_run(st, suite, run_id)
     except DlperfError as exc:
         raise site.fail(exc) from None

@@ -1,4 +1,4 @@
-"""Bad input: malformed suite YAML files and unknown suites (issue 6, "malformed catalog YAML",
+"""Bad input: malformed suite YAML files and unknown suites ("malformed catalog YAML",
 "unknown topology or suite").
 
 Every case goes through the CLI entry point ``dlperf catalog check FILE`` / ``dlperf plan SUITE``
@@ -314,7 +314,7 @@ def test_a_broken_site_suite_does_not_hide_the_others(tmp_path, monkeypatch):
         load_suite("site-broken")
 
 
-# ------------------------------------------------------------------------- issue 13.4: one broken suite, one DAG
+# ------------------------------------------------------------------------- one broken suite, one DAG
 def _dagbag(monkeypatch, catalog_dir: Path):
     from airflow.dag_processing.dagbag import DagBag
 
@@ -327,9 +327,9 @@ ALL_DAGS = {"dlperf_mxnet", "dlperf_pytorch", "dlperf_tensorflow", "dlperf_megat
 
 def test_a_broken_site_suite_hides_only_itself(tmp_path, monkeypatch, airflow_home):
     """Real DagBag over dags/: `trials: x` in a site suite of the smoke group used to make the
-    factory raise for every DAG (issue 13.4), then for dlperf_smoke (a built-in DAG lost to a site
+    factory raise for every DAG, then for dlperf_smoke (a built-in DAG lost to a site
     file); now every DAG loads (the good site suite's too) and dags/dlperf_suite_errors.py alone
-    is the import error, naming file, line and key (issue 27.10)."""
+    is the import error, naming file, line and key."""
     write(tmp_path, _mut("smoke", lambda d: d.update(trials="x")), "site-broken")
     write(tmp_path, _mut("smoke", lambda d: d.update(dag="site")), "site-good")
     bag = _dagbag(monkeypatch, tmp_path)
@@ -360,7 +360,7 @@ def test_a_broken_suite_of_unknown_group_is_reported_and_hides_nothing(tmp_path,
     assert where.endswith("dags/dlperf_suite_errors.py") and "mystery.yaml" in err and "not UTF-8" in err
 
 
-# ------------------------------------------------------------------------- issue 13.4: hostile YAML
+# ------------------------------------------------------------------------- hostile YAML
 _LAUGHS = 'lol: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
     f'l{i}: &{chr(98 + i)} [' + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8))
 HOSTILE_YAML = {

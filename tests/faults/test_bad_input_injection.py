@@ -1,4 +1,4 @@
-"""Bad input: injection strings in every value that reaches a shell or a path (issue 6).
+"""Bad input: injection strings in every value that reaches a shell or a path.
 
 Values that are legitimately free text (launcher ``extra_args``, ``script``, launcher and suite
 ``env`` values, the node's workdir, run ids, node names) must reach the program LITERALLY, one
@@ -199,7 +199,7 @@ def test_run_trial_over_ssh_passes_hostile_values_literally(tmp_path, sshd_nodes
     from dlperf_tasks.core.model import TrialStatus
     from dlperf_tasks.remote.runtime import HostRuntime
     from dlperf_tasks.remote.ssh import SSHPool
-    from dlperf_tasks.remote.trial import run_trial
+    from dlperf_tasks.remote.trial import TrialWatch, run_trial
 
     nodes, inv_path = sshd_nodes
     canary = tmp_path / CANARY
@@ -223,7 +223,7 @@ def test_run_trial_over_ssh_passes_hostile_values_literally(tmp_path, sshd_nodes
     trial = plan(suite, {"topologies": ["2n1g"], "trials": 1, "warmup_iters": 1, "measure_iters": 2}).trials[0].trial
     run_id = HOSTILE_RUN_ID.format(c=canary)
     with SSHPool(cluster) as pool:
-        res = run_trial(cluster, names, trial, suite, run_id, tmp_path / "out", pool=pool, poll_s=0.2)
+        res = run_trial(cluster, names, trial, suite, run_id, tmp_path / "out", pool=pool, watch=TrialWatch(poll_s=0.2))
         leftovers = [x for n in names for x in HostRuntime().leftovers(pool, n, run_id, trial.key)]
     assert res.status == TrialStatus.INVALID_LOG, (res.status, res.reason)
     assert "no iteration lines" in res.reason

@@ -1,4 +1,4 @@
-"""Bad input: corrupt training logs (issue 6, "corrupt logs").
+"""Bad input: corrupt training logs ("corrupt logs").
 
 Every case goes through a real entry point: :func:`dlperf_tasks.measure.extract.extract_tree` (what
 ``dlperf extract``, the sweep and the Airflow tasks call) or the ``dlperf extract`` CLI itself.

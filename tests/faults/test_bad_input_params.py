@@ -1,5 +1,5 @@
 """Bad input: run parameters out of range, of the wrong type, unknown topology/suite/field,
-and injection strings (issue 6, "params out of range or of the wrong type, unknown topology or
+and injection strings ("params out of range or of the wrong type, unknown topology or
 suite").
 
 Three real entry points take run parameters, and each is driven here:
@@ -216,9 +216,9 @@ def test_real_airflow_params_dict_refuses_bad_conf_naming_the_param():
     """Airflow's own validation of the DAG's params (what the UI form and the REST trigger use)."""
     from airflow.sdk.definitions.param import ParamsDict, ParamValidationError
 
-    from dlperf_tasks.airflow.params import dag_params
+    from dlperf_tasks.airflow.form import dag_params
 
-    # image_tag and xla are fields only of DAGs whose suites have them (issue 26.6 form)
+    # image_tag and xla are fields only of DAGs whose suites have them
     for conf, name, suites in [({"topologies": ["1n1g; id"]}, "topologies", ["smoke"]), ({"trials": 0}, "trials", ["smoke"]),
                                ({"batch_sizes": ["x"]}, "batch_sizes", ["smoke"]),
                                ({"image_tag": "`id`"}, "image_tag", ["pytorch-bert"]),
@@ -291,7 +291,8 @@ def test_form_marks_no_field_required_and_shows_the_suites_defaults():
     (FlexibleForm: ``!!type && (!Array.isArray(type) || !type.includes("null"))``): every dlperf
     field is optional. Enum fields label their empty value; descriptions carry the suites'
     defaults and the number of trials a run plans with them; empty values mean the defaults."""
-    from dlperf_tasks.airflow.params import dag_params, defaults, schemas
+    from dlperf_tasks.airflow.form import dag_params
+    from dlperf_tasks.airflow.params import defaults, schemas
 
     for name, schema in schemas(["smoke"]).items():
         t = schema.get("type")

@@ -1,4 +1,4 @@
-"""Bad input: plans too big to exist (issue 13, item 5).
+"""Bad input: plans too big to exist.
 
 ``--trials 9999999999``, a 32-digit node count, a conf topology ``99999999999n8g`` (it fitted the
 form's maxLength) used to make planning loop and take gigabytes, and batch sizes 1..4096 x 20
@@ -66,7 +66,7 @@ def test_the_form_schema_bounds_lists_and_node_counts(conf, param):
     from airflow.sdk.definitions.param import ParamsDict
     from airflow.sdk.exceptions import ParamValidationError
 
-    from dlperf_tasks.airflow.params import dag_params
+    from dlperf_tasks.airflow.form import dag_params
 
     pd = ParamsDict(dag_params(["smoke"]))
     with pytest.raises(ParamValidationError, match=param):

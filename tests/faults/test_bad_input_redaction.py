@@ -1,4 +1,4 @@
-"""Bad input: what a real cluster prints must not reach the store (issue 13, item 2).
+"""Bad input: what a real cluster prints must not reach the store.
 
 The 39 probes of the issue are a table: each probe input goes through the redactor built from
 node facts (``remote.envcapture.node_identity`` output) + the inventory; every listed fragment
@@ -272,7 +272,7 @@ print(json.dumps({"hwm_kib": hwm}))
 
 @pytest.mark.slow
 def test_a_128_mib_line_is_published_with_bounded_memory(tmp_path):
-    """Issue 13.6 (publish side): readlines() needed 293 MiB for one 128 MiB line."""
+    """Readlines() needed 293 MiB for one 128 MiB line."""
     run_dir = _probe_run_dir(tmp_path)
     word = "x" * 1000 + " "
     with open(run_dir / "logs" / "node1" / "big.log", "w") as f:

@@ -1,4 +1,4 @@
-"""Bad input: object store settings that cannot work (issue 6, "an S3 bucket that does not exist,
+"""Bad input: object store settings that cannot work ("an S3 bucket that does not exist,
 wrong credentials"), against a REAL SeaweedFS S3 server (tests/fixtures/s3.py).
 
 For a missing bucket, wrong credentials (bad secret, unknown access key), an unreachable endpoint

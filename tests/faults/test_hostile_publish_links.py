@@ -1,4 +1,4 @@
-"""Hostile input, round 2 (issue 27.5 / 27.8): ``dlperf publish`` never uploads content from
+"""Hostile input, round 2: ``dlperf publish`` never uploads content from
 outside the run directory, and two publishes of one run directory never crash each other.
 
 A local user plants, in a run directory: symbolic links (a log, a plot, ``report.md``, the

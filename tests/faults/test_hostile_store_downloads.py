@@ -1,4 +1,4 @@
-"""Hostile input, round 2 (issue 27.1 / 27.5): ``dlperf results get`` and the results readers
+"""Hostile input, round 2: ``dlperf results get`` and the results readers
 never trust the S3 endpoint nor the destination directory.
 
 The endpoint is a hostile HTTP server on 127.0.0.1 (tests/fixtures/hostile_s3.py) reached

@@ -1,4 +1,4 @@
-"""A registry password never lands in a file on a node (issue 27.6).
+"""A registry password never lands in a file on a node.
 
 The controller is SIGKILLed in the middle of a registry pull, for real: a registry written here
 (plain HTTP on 127.0.0.1, basic auth) accepts the login and then never answers the manifest

@@ -235,7 +235,7 @@ def test_running_trial_has_no_secret_on_any_command_line(fault_sim, tmp_path, mo
     from dlperf_tasks.core.model import TrialStatus
     from dlperf_tasks.remote.runtime import make_runtime
     from dlperf_tasks.remote.ssh import SSHPool
-    from dlperf_tasks.remote.trial import run_trial
+    from dlperf_tasks.remote.trial import TrialWatch, run_trial
 
     sim = fault_sim
     suite_secret, launcher_secret = "SUITE-" + secrets.token_hex(8), "LAUNCHER-" + secrets.token_hex(8)
@@ -263,7 +263,7 @@ def test_running_trial_has_no_secret_on_any_command_line(fault_sim, tmp_path, mo
         facts = runtime.prepare(pool, ["node1"])  # docker login (per-run config) + pull
         assert _docker_login_left(sim.registry) == []
         res = run_trial(cluster, ["node1"], trial, suite, "secrets-cmdline", tmp_path / "out", pool=pool,
-                        runtime=runtime, facts=facts, progress=on_progress, poll_s=0.1)
+                        runtime=runtime, facts=facts, watch=TrialWatch(progress=on_progress, poll_s=0.1))
     assert res.status == TrialStatus.OK, res.reason
     assert "cmdlines" in seen, "the trial never reported a running iteration"
     assert any("docker run" in c and "--env-file /dev/stdin" in c for c in seen["cmdlines"].values())

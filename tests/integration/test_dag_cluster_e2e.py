@@ -1,4 +1,4 @@
-"""Issue 4, end to end: the ``dlperf_pytorch`` DAG through real Airflow (``dag.test()``, SQLite
+"""The ``dlperf_pytorch`` DAG through real Airflow (``dag.test()``, SQLite
 metadata DB) on the simulated 4-node cluster (real sshd nodes, real dockerd, real registry with
 auth; docs/testcluster.md), publishing to a real SeaweedFS S3 server.
 

@@ -20,9 +20,9 @@ EXPECTED = {
 }
 TASKS = ["plan", "prepare", "trial", "adaptive_more", "trial_more", "collect", "aggregate", "report", "publish",
          "cleanup", "confirm_plan", "confirm_trigger"]
-# plan -> ... -> publish -> cleanup; trial_more (adaptive, issue 17) after trial; the A/B follow-up after publish
+# plan -> ... -> publish -> cleanup; trial_more (adaptive) after trial; the A/B follow-up after publish
 EDGES = ["plan", "prepare", "trial", "trial_more", "collect", "aggregate", "report", "publish", "cleanup"]
-PARSE_BUDGET_S = 1.0  # issue 7 aims at < 0.3 s; recorded below
+PARSE_BUDGET_S = 1.0  # generous: the measured figure is recorded below
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_tasks_params_schedule(dagbag, dag_id):
     assert type(dag.timetable).__name__ == "NullTimetable"
     (cron,) = {load_suite(s).schedule for s in EXPECTED[dag_id]}
     assert "manual triggers only" in dag.doc_md and f"`{cron}`" in dag.doc_md
-    # the form shows the fields that apply to this DAG's suites (issue 26.6): no A/B confirmation editor,
+    # the form shows the fields that apply to this DAG's suites: no A/B confirmation editor,
     # xla only where a suite sweeps XLA, image_tag only for container suites
     from dlperf_tasks.airflow import form
 

@@ -150,7 +150,7 @@ def test_trigger_form_in_chromium(airflow_server):
     assert "Suite defaults: smoke: 1n1g, 1n2g" in dom and "With every default a run plans 6 trial task(s)" in dom
     assert "Run size with every default: 6 trial(s), up to 1 node(s) per trial, at most" in dom
     assert "the suite's" in dom  # empty values read "the suite's", not a literal null
-    # issue 26.6: no internal field (the A/B confirmation JSON editor), no field the smoke suite
+    # no internal field (the A/B confirmation JSON editor), no field the smoke suite
     # cannot use (it runs on the host: no image; PyTorch: no XLA); adaptive trials is a choice
     ids = set(json.loads(fields or "[]"))
     assert not ids & {"element_confirm", "element_xla", "element_image_tag"}, ids
@@ -190,7 +190,7 @@ def _shot(b, path) -> None:
 
 
 def test_bad_field_error_in_view_of_the_trigger_button(airflow_server, tmp_path):
-    """Issue 26.6: a value the api-server refuses (trials 50 > 20) is reported where the user is.
+    """A value the api-server refuses (trials 50 > 20) is reported where the user is.
     Airflow 3.3 shows the refusal (HTTP 400, ``detail`` naming the field) only in an alert at the
     top of the trigger dialog, and its toast says only "Bad Request"; airflow.cfg.template's
     ``[api] theme`` keeps that alert stuck to the top of the visible dialog, so after clicking
@@ -234,7 +234,7 @@ def test_bad_field_error_in_view_of_the_trigger_button(airflow_server, tmp_path)
 
 
 def test_results_tab_on_the_dag_run_and_task_pages(airflow_server):
-    """Issue 26.6: every DAG run page and task instance page has a "DLPerf results" tab showing
+    """Every DAG run page and task instance page has a "DLPerf results" tab showing
     that DAG run's results inside the Airflow frame (plugins/dlperf_results.py external views);
     a run that published nothing says so (a page, not JSON). Screenshots:
     tests/_artifacts/run_results_tab.png, task_results_tab.png."""

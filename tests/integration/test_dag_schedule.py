@@ -1,4 +1,4 @@
-"""Nightly schedules do not fire when a DAG is unpaused (issue 14.4): the DAGs use Airflow's
+"""Nightly schedules do not fire when a DAG is unpaused: the DAGs use Airflow's
 cron trigger timetable with ``run_immediately=False``, so the first run after an unpause is the
 next cron time in the future, never the last one in the past."""
 

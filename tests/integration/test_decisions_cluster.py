@@ -1,4 +1,4 @@
-"""Issue 17 on the simulated cluster (real sshd nodes, dockerd, registry; GPUs simulated):
+"""Adaptive trials and node health on the simulated cluster (real sshd nodes, dockerd, registry; GPUs simulated):
 
 * A/B confirmation: a store seeded with a clean history of the suite's 1n1g cell on image A;
   a real sweep on image B (the stand-in image with ``DLPERF_STANDIN_SPEED_1N1G`` baked in

@@ -1,4 +1,4 @@
-"""Issue 17 in the DAG path: the ``dlperf_tensorflow`` DAG through real Airflow (``dag.test()``,
+"""Adaptive trials and node health in the DAG path: the ``dlperf_tensorflow`` DAG through real Airflow (``dag.test()``,
 SQLite metadata DB) on the simulated cluster (real sshd nodes, dockerd, registry; GPUs simulated
 by the stand-in trainer), a file store (its staging area hands records between the tasks).
 

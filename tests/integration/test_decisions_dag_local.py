@@ -1,4 +1,4 @@
-"""Issue 17 in the DAG path on the local runtime (real PyTorch smoke trials on this machine,
+"""Adaptive trials and node health in the DAG path on the local runtime (real PyTorch smoke trials on this machine,
 ``dag.test()``, file store): adaptive trials with a wide CI width stop a cell after the minimum,
 the later mapped trials record themselves SKIPPED (not needed) and the report says so."""
 

@@ -113,7 +113,7 @@ def test_dockerfile_pip_steps_resolve(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-# ---- the compose stack runs what the scale-out test runs (issue 15.6) -------------------------
+# ---- the compose stack runs what the scale-out test runs -------------------------
 FIXTURE = ROOT / "tests" / "fixtures" / "celery_airflow.py"
 SCALE_OUT = ROOT / "tests" / "integration" / "test_scale_out.py"
 # settings of the test that a deployment sets otherwise on purpose (key -> why)

@@ -1,4 +1,4 @@
-"""Issue 23.6: seed 002's memory column is nvidia-smi's per-GPU MiB. A Megatron sweep on the
+"""Seed 002's memory column is nvidia-smi's per-GPU MiB. A Megatron sweep on the
 simulated cluster (real sshd nodes, dockerd, registry, the stand-in trainer image; only the GPUs are
 simulated by the STAND-IN nvidia-smi, docker/standin/rootfs/usr/local/bin/nvidia-smi) reports the
 telemetry's per-GPU peak as the memory figure and the log's allocator figure (Megatron's

@@ -1,4 +1,4 @@
-"""Findings and failures through Airflow's notifier interface (issue 14.3).
+"""Findings and failures through Airflow's notifier interface.
 
 - a real ``dag.test()`` whose task fails calls :class:`DlperfWebhookNotifier` as its
   ``on_failure_callback``: the webhook (a real HTTP server) receives the failure with the
@@ -226,7 +226,7 @@ def test_dag_run_findings_reach_each_configured_notifier_once(airflow_db, hook_u
     body = "".join(part.get_payload(decode=True).decode() for part in mail.walk() if not part.is_multipart())
     assert mail["To"] == "team@example.test" and msg["url"] in body and "throughput smoke/bz8/fp32/1n1g" in body
 
-    # notify only on A/B-confirmed findings (issue 17): the DAG's check sends nothing
+    # notify only on A/B-confirmed findings: the DAG's check sends nothing
     RECEIVED.clear()
     _Smtp.mails.clear()
     monkeypatch.setenv("DLPERF_NOTIFY_ON", "confirmed")

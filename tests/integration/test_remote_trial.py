@@ -16,7 +16,7 @@ from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.core.model import Cell, Trial, TrialStatus, Window
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.runtime import HostRuntime
-from dlperf_tasks.remote.trial import run_trial
+from dlperf_tasks.remote.trial import TrialWatch, run_trial
 from dlperf_tasks.core.topology import Topology
 from tests.fixtures.sshd_nodes import make_nodes, open_pool, stop_nodes
 
@@ -64,7 +64,7 @@ def assert_idle(pool, names, trial):
 def test_two_node_trial_returns_configured_speed(pool, cluster, tmp_path):
     suite, record = suite_with(tmp_path, DLPERF_STANDIN_SPEED_2N2G="401.25")
     trial = trial_for(suite, "2n2g")
-    res = run_trial(cluster[1], ["node1", "node2"], trial, suite, "run1", tmp_path / "out", pool=pool, poll_s=0.2)
+    res = run_trial(cluster[1], ["node1", "node2"], trial, suite, "run1", tmp_path / "out", pool=pool, watch=TrialWatch(poll_s=0.2))
     assert res.status == TrialStatus.OK, res.reason
     assert res.metric.value == pytest.approx(401.25)
     assert res.nodes == ["node1", "node2"] and res.exit_codes == {"node1": 0, "node2": 0}
@@ -87,7 +87,7 @@ def test_hang_is_killed_and_log_kept(pool, cluster, tmp_path):
     suite = dataclasses.replace(suite, hang_timeout_s=3)
     trial = trial_for(suite, "1n2g", 2)
     t0 = time.monotonic()
-    res = run_trial(cluster[1], ["node2"], trial, suite, "run1", tmp_path / "out", pool=pool, poll_s=0.2)
+    res = run_trial(cluster[1], ["node2"], trial, suite, "run1", tmp_path / "out", pool=pool, watch=TrialWatch(poll_s=0.2))
     took = time.monotonic() - t0
     assert res.status == TrialStatus.HANG, res.reason
     assert "after iteration" in res.reason
@@ -102,7 +102,7 @@ def test_hang_is_killed_and_log_kept(pool, cluster, tmp_path):
 def test_crash_is_nonzero_exit(pool, cluster, tmp_path):
     suite, _ = suite_with(tmp_path, DLPERF_STANDIN_CRASH_AFTER="3", DLPERF_STANDIN_EXIT_CODE="3")
     trial = trial_for(suite, "1n2g", 3)
-    res = run_trial(cluster[1], ["node1"], trial, suite, "run1", tmp_path / "out", pool=pool, poll_s=0.2)
+    res = run_trial(cluster[1], ["node1"], trial, suite, "run1", tmp_path / "out", pool=pool, watch=TrialWatch(poll_s=0.2))
     assert res.status == TrialStatus.NONZERO_EXIT, res.reason
     assert "node1" in res.reason
     assert_idle(pool, ["node1"], trial)
@@ -112,7 +112,7 @@ def test_wall_clock_timeout(pool, cluster, tmp_path):
     suite, _ = suite_with(tmp_path, DLPERF_STANDIN_TIME_SCALE="1")
     suite = dataclasses.replace(suite, timeout_s=2)
     trial = trial_for(suite, "1n1g", 4)
-    res = run_trial(cluster[1], ["node1"], trial, suite, "run1", tmp_path / "out", pool=pool, poll_s=0.2)
+    res = run_trial(cluster[1], ["node1"], trial, suite, "run1", tmp_path / "out", pool=pool, watch=TrialWatch(poll_s=0.2))
     assert res.status == TrialStatus.TIMEOUT, res.reason
     assert_idle(pool, ["node1"], trial)
 
@@ -136,8 +136,8 @@ def test_node_dies_mid_trial(pool, cluster, tmp_path):
 
     th = threading.Thread(target=killer)
     th.start()
-    res = run_trial(c, ["node1", "node2"], trial, suite, "run1", tmp_path / "out", pool=pool, poll_s=0.2,
-                    unreachable_grace_s=2)
+    res = run_trial(c, ["node1", "node2"], trial, suite, "run1", tmp_path / "out", pool=pool,
+                    watch=TrialWatch(poll_s=0.2, unreachable_grace_s=2))
     th.join()
     assert res.status == TrialStatus.NODE_UNREACHABLE, res.reason
     assert "node2" in res.reason and "node1 unreachable" not in res.reason

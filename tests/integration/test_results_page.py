@@ -7,7 +7,7 @@ and starts ``airflow api-server`` (isolated AIRFLOW_HOME, SQLite) with the simpl
 manager NOT in all-admins mode: users ``alice`` (viewer: may read the dlperf DAGs) and
 ``bob`` (no role: authenticated, may read no DAG), passwords from a file the test writes.
 
-Checks (issue 13.1, 14.3): anonymous, a forged or garbage token, and bob are refused on every
+Checks: anonymous, a forged or garbage token, and bob are refused on every
 route (``/healthz`` included); alice gets the pages, with links to the Airflow DAG run and
 task logs, result.json, report.md, plots, downloads (JSON/CSV/Parquet) and a compare view;
 ``/trend.png`` refuses ``last`` above 365 and serves repeats from its cache.
@@ -198,7 +198,7 @@ def test_trend_png_bounded_and_cached(api_server, tokens):
 
 
 def test_anonymous_browser_is_sent_to_the_login_page(api_server, seeded_store):
-    """Issue 26.6: a bookmarked page opened without a session lands on Airflow's login page
+    """A bookmarked page opened without a session lands on Airflow's login page
     (not a raw JSON 401), which brings the user back after logging in; API clients still get
     the 401 (test_every_route_refuses_anonymous_bad_token_and_unauthorised_user)."""
     rid = seeded_store[2][-1]["run"]["run_id"]

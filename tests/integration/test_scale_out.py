@@ -1,4 +1,4 @@
-"""Scale-out (issue 15.3): a real service deployment (PostgreSQL metadata DB, Redis broker,
+"""Scale-out: a real service deployment (PostgreSQL metadata DB, Redis broker,
 CeleryExecutor; api-server, scheduler, dag-processor, triggerer) with TWO Celery workers that
 share no disk (own HOME, own dlperf work_dir each; only the object store is shared), running
 ``dlperf_pytorch`` on the simulated 4-node cluster, triggered through the REST API.
@@ -8,7 +8,7 @@ of the same site catalog publishes (test_dag_cluster_e2e: medians = the configur
 DLPerf rounding) cell by cell; one worker killed mid-run: its trials are retried on the other
 and nothing is counted twice (each cell has exactly its planned trials); the run's staging
 area holds every trial while the published prefix holds only the redacted run; no worker slot
-was held while the trials trained (issue 15.2): every trial task instance was deferred (seen in
+was held while the trials trained: every trial task instance was deferred (seen in
 state ``deferred`` through the REST API; every trial's trigger log shows its RemoteTrialTrigger
 fired) and every trial's task log shows it resumed after its jobs ended to collect and gate.
 """

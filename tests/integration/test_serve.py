@@ -1,4 +1,4 @@
-"""``dlperf serve`` (issue 15.4): the embedded default as a service. Real api-server, scheduler,
+"""``dlperf serve``: the embedded default as a service. Real api-server, scheduler,
 dag-processor and triggerer; login with the generated password; DAGs unpaused as asked;
 Ctrl-C stops every component."""
 

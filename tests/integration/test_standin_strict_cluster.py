@@ -1,4 +1,4 @@
-"""Every suite sweeps on the simulated cluster with the STRICT stand-in (issue 11.4): the image
+"""Every suite sweeps on the simulated cluster with the STRICT stand-in: the image
 built from docker/standin refuses what the upstream entry points refuse (argparse flag sets at
 the pinned commits, DLE's BERT config vs --bert_model, Megatron's asserts), so a suite whose
 command would fail on a GPU cluster fails here too. Only the GPUs are simulated.

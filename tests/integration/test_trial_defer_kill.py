@@ -1,4 +1,4 @@
-"""Issue 15.2: a deferred trial marked failed by a user (REST API, as the UI does) while its jobs
+"""A deferred trial marked failed by a user (REST API, as the UI does) while its jobs
 train on the simulated cluster: the triggerer's ``on_kill`` stops the remote jobs, removes their
 containers and releases the node leases within seconds, before the run's cleanup task; the trial
 task instance is failed, the cleanup teardown still succeeds and nothing of the run is left.

@@ -1,4 +1,4 @@
-"""The deferrable trial's trigger (issue 15.2) against real sshd nodes: it reports exit codes,
+"""The deferrable trial's trigger against real sshd nodes: it reports exit codes,
 hangs and vanished jobs, and its cancellation path (what Airflow does to a deferred task marked
 failed or a cancelled run) kills the remote jobs and removes their job directories."""
 

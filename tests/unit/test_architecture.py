@@ -1,8 +1,9 @@
-"""The layout (issue 25, docs/architecture.md): the packages of ``dlperf_tasks`` form layers, and a
+"""The layout (docs/architecture.md): the packages of ``dlperf_tasks`` form layers, and a
 package imports only packages of lower layers. The graph is read from the source with ``ast``:
 imports inside functions count, and so do module names given as strings to ``lazy_module`` /
 ``importlib.import_module``. Our own modules are imported at the top of a module; only the CLI's
-command modules and the scheduler layer (start-up and DAG-parse time) import them lazily."""
+command modules and the scheduler layer (start-up and DAG-parse time) import them lazily. Inside a
+package, the modules import each other without a circle (a function-level import does not hide one)."""
 
 from __future__ import annotations
 
@@ -119,6 +120,84 @@ def test_no_two_packages_import_each_other_even_through_a_ring():
 
     rings = sorted({tuple(sorted((a, b))) for a in list(graph) for b in graph[a] if reaches(b, a)})
     assert rings == []
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """module -> the modules of its own package it imports (package ``__init__`` files left out:
+    they only gather names for callers outside the package)."""
+    modules = {_module_name(p) for p in PKG.rglob("*.py") if p.name != "__init__.py"}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path, tree in _sources():
+        src = _module_name(path)
+        if src not in modules:
+            continue
+        package = src.rsplit(".", 1)[0]
+        for n in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(n, ast.Import):
+                targets = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom) and n.module:
+                targets = [f"{n.module}.{a.name}" if f"{n.module}.{a.name}" in modules else n.module
+                           for a in n.names]
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and _MODULE_STR.match(n.value):
+                targets = [n.value.split(":")[0]]
+            graph[src] |= {t for t in targets if t in modules and t != src and t.rsplit(".", 1)[0] == package}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of ``graph`` with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    part = []
+                    while True:
+                        m = stack.pop()
+                        on_stack.discard(m)
+                        part.append(m)
+                        if m == node:
+                            break
+                    if len(part) > 1:
+                        found.append(sorted(part))
+            elif nxt not in index:
+                index[nxt] = low[nxt] = len(index)
+                stack.append(nxt)
+                on_stack.add(nxt)
+                work.append((nxt, iter(sorted(graph[nxt]))))
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+    return sorted(found)
+
+
+def test_circle_finder_sees_a_ring_of_three_and_not_a_chain():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_import_circle_inside_a_package():
+    assert _circles(_module_graph()) == [], "modules of one package import each other in a circle"
 
 
 def test_own_modules_imported_at_module_top_outside_cli_and_scheduler():

@@ -1,4 +1,4 @@
-"""Issue 27.10: every CLI override and numeric option is bounded (10**24, nan, inf refused in one
+"""Every CLI override and numeric option is bounded (10**24, nan, inf refused in one
 short line); a 100 kB argument or --catalog-dir is one clear line, not a traceback; a broken site
 suite hides only itself, never a built-in suite or DAG group; `dlperf catalog check` warns when a
 site suite runs privileged, passes devices or adds capabilities."""

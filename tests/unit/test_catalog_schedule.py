@@ -1,4 +1,4 @@
-"""DAG schedules come from the catalog (issue 12.5): a suite's ``schedule:`` field is checked when
+"""DAG schedules come from the catalog: a suite's ``schedule:`` field is checked when
 it loads, the suites of one DAG must agree, ``[dlperf] schedule_<dag>`` overrides (none = manual)."""
 
 from __future__ import annotations

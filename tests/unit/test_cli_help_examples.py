@@ -1,4 +1,4 @@
-"""Every ``dlperf`` sub-command's ``--help`` has an examples section (issue 26.5: ``results *``,
+"""Every ``dlperf`` sub-command's ``--help`` has an examples section (``results *``,
 ``confirm`` and ``cluster *`` had none although the README said every command has), and every
 example parses with that command's own parser (an example with a wrong flag fails here)."""
 

@@ -1,4 +1,4 @@
-"""Issue 26.2: compare without false alarms. Intervals on the log scale (never below -100 %),
+"""Compare without false alarms. Intervals on the log scale (never below -100 %),
 faster/slower only beyond the cell's noise floor on the same machine, a run compared with
 itself is "same run", and the false-alarm simulation of bench/ holds at test size."""
 

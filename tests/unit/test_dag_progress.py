@@ -1,4 +1,4 @@
-"""A DAG run's trial tasks count the trials done over the whole DAG run (issue 26.3): each task
+"""A DAG run's trial tasks count the trials done over the whole DAG run: each task
 runs one trial in its own work dir, so a per-task display said ``[1/1]`` for every trial. The
 plan hands every item the DAG run's planned count; done = the trial records staged by every
 task (one local store, two work dirs, no mocks)."""

@@ -1,4 +1,4 @@
-"""Issue 17 in the DAG path, the engine-side pieces without a cluster: the decisions' hook before
+"""Adaptive trials and node health in the DAG path, the engine-side pieces without a cluster: the decisions' hook before
 a mapped trial (real run dir, real file store staging; SKIPPED status, old records still readable) and lease candidates (quarantine, pinned A/B
 nodes, spreading). The A/B confirmation's DAG pieces: tests/unit/test_abconfirm.py."""
 
@@ -11,7 +11,7 @@ import pytest
 import json
 
 from dlperf_tasks.engine import decisions as D
-from dlperf_tasks.engine.setup import load_suite
+from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.engine.trials import before_trial, start_item
 from dlperf_tasks.report.result_json import trial_from_record, trial_record
 from dlperf_tasks.policy.adaptive import AdaptivePolicy
@@ -84,7 +84,7 @@ def _cell_trial():
 def test_adaptive_skip_reads_the_cells_records(local):
     rd, items = _planned(local, adaptive=True)
     trials = [Trial.from_dict(i["trial"]) for i in items]
-    suite = load_suite("smoke", local)
+    suite = load_suite("smoke", local.catalog_path)
 
     def skip(i: int, run_dir=rd):
         return before_trial(items[i], trials[i], suite, run_dir, local)
@@ -118,3 +118,32 @@ def test_usable_nodes_quarantine_pins_and_spread(tmp_path):
     assert usable_nodes(cluster, Trial(t.cell, 3), rd, settings) == ["node4", "node1", "node2"]
     rd.write("plan.json", {"nodes": ["node2"]})
     assert usable_nodes(cluster, Trial(t.cell, 3), rd, settings) == ["node2"]
+
+
+def test_result_json_is_written_once_with_the_decisions_in_it(tmp_path):
+    """The DAG's aggregate step: the decisions see the document before result.json exists, and the
+    one result.json written holds ``run.node_health`` / ``run.adaptive``."""
+    from dlperf_tasks.core.model import TrialMetric, TrialResult, TrialStatus
+    from dlperf_tasks.core.settings import Settings
+    from dlperf_tasks.engine import decisions, finish, setup
+    from dlperf_tasks.engine.rundir import RunDir
+    from dlperf_tasks.report.result_json import load_result
+
+    cfg = Settings(work_dir=str(tmp_path / "work"), store_url=f"file://{tmp_path / 'store'}")
+    out = setup.plan_runs("smoke", ["smoke"], {"topologies": ["1n1g"], "trials": 2, "adaptive": True}, cfg,
+                          group_run_id="once")
+    rd = RunDir(Path(out.runs[0].run_dir), out.runs[0].run_id)
+    docs = [rd.save_trial(TrialResult(i.trial, TrialStatus.OK, "", TrialMetric(10.0 + k), nodes=["local0"],
+                                      exit_codes={"local0": 0})) for k, i in enumerate(out.trials)]
+    decided = decisions.RunDecisions(cfg)
+    seen = []
+
+    def decide(rd_, suite, result):
+        seen.append(rd_.file("result.json").exists())
+        decided(rd_, suite, result)
+
+    finish.aggregate_runs(out, finish.collect_runs(out, docs), cfg, decide=decide)
+    assert seen == [False]
+    run = load_result(rd.file("result.json"))["run"]
+    assert run["node_health"]["suspects"] == [] and run["adaptive"]["trials_used"] == 2
+    assert [d["run_id"] for d in decided.done] == [rd.run_id]

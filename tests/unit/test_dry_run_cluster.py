@@ -1,4 +1,4 @@
-"""Issue 24.5: ``dlperf sweep --dry-run --cluster INVENTORY`` prints the commands a real sweep would run on
+"""``dlperf sweep --dry-run --cluster INVENTORY`` prints the commands a real sweep would run on
 each named node (one builder: remote.trial.trial_commands), refuses a missing inventory or a topology it
 cannot fit, and masks secret-looking environment values."""
 
@@ -75,7 +75,7 @@ def test_topology_the_inventory_cannot_fit_is_refused(tmp_path, capsys):
     p = tmp_path / "small.yaml"
     p.write_text(INVENTORY.replace("  - {name: gpu-c, host: 10.9.0.13}\n  - {name: gpu-d, host: 10.9.0.14}\n", ""))
     rc, out, err = _dry(capsys, "--suite", "pytorch-bert", "--cluster", str(p), "--topologies", "4n8g")
-    # the check the DAG's plan step and a real sweep run (engine.setup.check_fits), in one line
+    # the check the DAG's plan step and a real sweep run (engine.clusterconf.check_fits), in one line
     assert rc == 2 and err.strip().splitlines()[-1] == "dlperf: error: topologies: 4n8g needs 4 nodes; cluster pod4 has 2"
     assert out == ""
 

@@ -1,4 +1,4 @@
-"""Errors carry kinds, not texts to parse (issue 25.3): where the condition is known the error's
+"""Errors carry kinds, not texts to parse: where the condition is known the error's
 class says what happened (core/errors.py), and whoever branches checks the class. The results
 page answers 404 for a run that is not there (NotFoundError, InvalidRunIdError) and 502 for any
 other store failure, whatever the message says; the plan task's map-length check tells a plan

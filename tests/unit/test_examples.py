@@ -29,7 +29,7 @@ def test_topology_check_reads_the_inventory_and_no_credential():
     import pytest
 
     from dlperf_tasks.engine.errors import NonRetriable
-    from dlperf_tasks.engine.setup import check_fits
+    from dlperf_tasks.engine.clusterconf import check_fits
     from dlperf_tasks.core.model import Topology
     from dlperf_tasks.core.settings import Settings
 

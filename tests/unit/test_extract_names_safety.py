@@ -1,4 +1,4 @@
-"""Issue 11.9/11.10 (file collisions, Megatron names, trial dirs, cases by name) and 13.6 (extract file
+"""File collisions, Megatron names, trial dirs, cases by name, and extract file
 safety: FIFO, /dev/zero, symlinks out of the tree, caps, control characters, a tar.gz of newlines)."""
 
 from __future__ import annotations

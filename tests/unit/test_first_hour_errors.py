@@ -10,7 +10,7 @@ import pytest
 from dlperf_tasks.cli import main
 from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.engine.errors import NonRetriable
-from dlperf_tasks.engine.setup import check_fits, local_cores
+from dlperf_tasks.engine.clusterconf import check_fits, local_cores
 from dlperf_tasks.core.model import Topology
 from dlperf_tasks.core.settings import Settings
 from dlperf_tasks.remote.inventory import Cluster

@@ -1,7 +1,7 @@
 """One truth on every surface: one run with a noisy cell, a superlinear cell, an efficiency above 1,
 an unsteady window and a cell without a valid trial, rendered through every surface that shows cells (``make run``'s
-table, report.md, ``dlperf results show``, the results page, the DAG run's note, the Conbench
-export); each shows report/flags.py's wording of each flag, character for character."""
+table, report.md, ``dlperf results show``, the results page, the DAG run's note, a regression
+notification, the Conbench export); each shows report/flags.py's wording of each flag, character for character."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from fastapi.testclient import TestClient
 from dlperf_tasks.cli import main
 from dlperf_tasks.engine.outputs import cell_rows, result_table
 from dlperf_tasks.history.export_formats import to_conbench
+from dlperf_tasks.history.check import check_run
 from dlperf_tasks.history.links import run_note
+from dlperf_tasks.history.notify import findings_message
 from dlperf_tasks.report.flags import flags_text, row_flags
 from dlperf_tasks.report.markdown import render_markdown
 from dlperf_tasks.store import Store
@@ -46,6 +48,9 @@ def test_the_same_flags_in_the_same_words_on_every_surface(tmp_path, capsys):
     assert main(["results", "show", rid[:12], "--store", str(store_dir)]) == 0
     app = create_app(lambda: Store.from_url(f"file://{store_dir}"),
                      authorize=lambda: Viewer("alice", frozenset({"mxnet-bert"}), False, frozenset({"mxnet-bert"})))
+    report = check_run(Store.from_url(f"file://{store_dir}"), rid, record=False, notify_target="", log=None).to_dict()
+    report["findings"] = [{"kind": "speed", "cell_id": "1n1g/bz32/fp32", "baseline": 100.0, "current": 90.0,
+                           "unit": "samples/s", "delta_pct": -10.0}]  # a finding, so that a message is sent
     page = TestClient(app).get("/runs/latest").text.replace("&gt;", ">")
     surfaces = {
         "make run table": result_table([{"cells": cell_rows(doc)}]),
@@ -53,6 +58,7 @@ def test_the_same_flags_in_the_same_words_on_every_surface(tmp_path, capsys):
         "results show": capsys.readouterr().out,
         "results page": page,
         "run note": run_note([{"run_id": rid, "suite": doc["run"]["suite"], "cells": doc["cells"]}], "http://x"),
+        "notification": findings_message(report, "http://x")["text"],
         "conbench": "\n".join("; ".join(d["optional_benchmark_info"].get("flags", []))
                               for d in json.loads(to_conbench([doc]))),
     }

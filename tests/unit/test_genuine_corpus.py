@@ -1,4 +1,4 @@
-"""Issue 23.4: every genuine public log of the corpus gives the upstream tool's own figure (or the one the
+"""Every genuine public log of the corpus gives the upstream tool's own figure (or the one the
 seed's rule gives by hand), or a refusal naming what is missing: never a silent wrong number.
 
 Each entry of tests/data/genuine_logs/corpus.json names its source (repo@commit:path or an issue URL); the

@@ -1,4 +1,4 @@
-"""Issue 23.3/23.4: genuine public logs of the gluon-cv classification and Megatron-LM families
+"""Genuine public logs of the gluon-cv classification and Megatron-LM families
 (``tests/data/genuine_logs/<family>/``, provenance in each family's README). Each gives the right
 figure (the README says how it was computed) or a refusal naming what is missing."""
 

@@ -1,4 +1,4 @@
-"""Issue 23.3: every ``[step N]`` line form of dmlc/gluon-nlp ``scripts/bert/run_pretraining.py`` /
+"""Every ``[step N]`` line form of dmlc/gluon-nlp ``scripts/bert/run_pretraining.py`` /
 ``pretraining_utils.py`` (2019-2020 versions; format strings copied from those files): with
 ``latency=... ms/batch`` (the seed's 7b7bf60), ``ms/step``, with ``mlm_acc``/``nsp_acc``, and without
 ``latency=`` (then ``time`` over ``log_interval`` steps). No genuine public log of this family was

@@ -1,4 +1,4 @@
-"""Issue 23.3: format variants of the Megatron-LM and gluon-cv families the genuine corpus does not
+"""Format variants of the Megatron-LM and gluon-cv families the genuine corpus does not
 cover line for line (line formats from NVIDIA/Megatron-LM ``megatron/training.py`` 2019-2024 and
 dmlc/gluon-cv ``scripts/classification/imagenet/train_imagenet.py``)."""
 

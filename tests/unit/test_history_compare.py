@@ -1,4 +1,4 @@
-"""Honest comparisons (issue 14.2): 3 trials against 3 CAN show a change when the cell's
+"""Honest comparisons: 3 trials against 3 CAN show a change when the cell's
 history is the noise model; the interval and the detectable change are reported; the data
 that cannot decide says so; the regression check reports the same; noisy cells are flagged."""
 

@@ -1,4 +1,4 @@
-"""Loss sanity in the regression check (issue 16.5): on a seeded local store (real publish path),
+"""Loss sanity in the regression check: on a seeded local store (real publish path),
 a run whose final loss is far outside its cell's history band is a finding of kind ``loss``
 ("fast but wrong?") in the report, the recorded annotation, the index badge, ``dlperf results
 show`` and the results page; a normal run gives none; a cell without history is not flagged and

@@ -1,4 +1,4 @@
-"""The streaming index reader (store/index_stream.py, issue 27.1) gives exactly what
+"""The streaming index reader (store/index_stream.py) gives exactly what
 ``json.loads`` gives, however the bytes are cut into pages, and refuses bad documents in one line."""
 
 import json

@@ -1,4 +1,4 @@
-"""Issue 11 items 1-3: run what the seeds ran (BERT-base config, seed 001's method, --no_compute_acc)."""
+"""Run what the seeds ran (BERT-base config, seed 001's method, --no_compute_acc)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 27.3: the pre-publish leak check covers every secret the process resolved, not only the
+"""The pre-publish leak check covers every secret the process resolved, not only the
 secret-looking environment variables: inventory passwords, key texts and passphrases, registry
 passwords (``password_env`` of any name), connection passwords and extras (nodes and the store).
 A trial log that prints one is refused before anything is uploaded, and the refusal never shows it."""

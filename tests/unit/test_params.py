@@ -2,6 +2,7 @@
 
 import pytest
 
+from dlperf_tasks.airflow import form as form_mod
 from dlperf_tasks.airflow import params
 from dlperf_tasks.airflow.params import ParamsError, validate_conf
 
@@ -31,7 +32,7 @@ def test_form_multiselect_strings_become_batch_sizes_and_every_list_field_has_ch
     choices = params.form_choices(SUITES)
     assert 32 in choices["batch_sizes"] and choices["batch_sizes"] == sorted(choices["batch_sizes"])
     assert choices["topologies"][0] == "1n1g" and "4n8g" in choices["topologies"]
-    form = params.dag_params(SUITES)
+    form = form_mod.dag_params(SUITES)
     assert all(form[n].schema.get("examples") for n in ("suites", "precisions", "batch_sizes"))
     assert "examples" not in form["topologies"].schema  # a free list: any valid topology (test_trigger_form)
 
@@ -95,7 +96,7 @@ def test_schema_patterns_match_the_planner_rules():
 def test_dag_params_are_airflow_params_with_the_same_schema():
     from airflow.sdk import Param
 
-    got = params.dag_params(SUITES, policy="fail_fast")
+    got = form_mod.dag_params(SUITES, policy="fail_fast")
     # the form leaves out the internal field and the fields no suite of the DAG uses (test_trigger_form.py)
     assert set(got) == set(params.schemas(SUITES)) - {"confirm", "xla"}
     assert all(isinstance(p, Param) for p in got.values())

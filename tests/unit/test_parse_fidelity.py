@@ -1,4 +1,4 @@
-"""Issue 11 items 5-8 and 16.5 (parse part): the run's own arguments, log stride, repeated steps,
+"""The run's own arguments, log stride, repeated steps,
 impossible values, losses. Logs are built in each framework's real format (tests/unit/logwriters.py)."""
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def test_megatron_torchrun_prefix_and_extra_spaces_parse():
     assert r.metric.value == 464.12 and r.metric.memory_mib == 13694.0
 
 
-# ------------------------------------------------------------------ the stream API (H2's watchdog)
+# ------------------------------------------------------------------ the stream API (the watchdog's)
 @pytest.mark.parametrize("piece", [1, 7, 4096])
 def test_stream_fed_in_pieces_equals_whole_parse(piece):
     text = W.dle(list(range(1, 131)), 0.2).replace("\n", "\r\n")

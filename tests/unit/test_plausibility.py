@@ -1,4 +1,4 @@
-"""Issue 23.5: values outside physical sense make a trial invalid, with the bound in the reason."""
+"""Values outside physical sense make a trial invalid, with the bound in the reason."""
 
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ def test_trend_png(tmp_path):
 
 
 def test_run_plots_start_at_zero_with_integer_gpu_ticks_and_error_bars():
-    """Issue 14.8: a 1 % drop must not look like a cliff."""
+    """A 1 % drop must not look like a cliff."""
     from matplotlib.container import ErrorbarContainer
 
     from dlperf_tasks.report.plots import plot_groups, speedup_figure, throughput_figure

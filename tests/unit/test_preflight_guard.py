@@ -1,4 +1,4 @@
-"""Issue 24.1/24.4: every built-in suite's commands match what upstream takes at the pinned commits, and
+"""Every built-in suite's commands match what upstream takes at the pinned commits, and
 the guard before launch refuses a command that would train another model, precision, batch or data than
 its cell, with one line, before any GPU time.
 

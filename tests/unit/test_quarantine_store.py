@@ -1,4 +1,4 @@
-"""The quarantine state lives in the run store (issues 15 and 17.3): Celery workers on different
+"""The quarantine state lives in the run store: Celery workers on different
 hosts (different work dirs, no shared disk) and the CLI see one state, ``state/quarantine.json``.
 Real local file stores throughout; two Settings with different work dirs stand for two hosts."""
 

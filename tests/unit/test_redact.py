@@ -53,7 +53,7 @@ def test_things_that_are_not_addresses_stay(text):
 @pytest.mark.parametrize("text,kind", [("mac aa:bb:cc:dd:ee:ff", "mac"), ("link/ether 0C-42-A1-11-22-33", "mac"),
                                        ("guid 0x0c42a10300a1b2c3", "guid")])
 def test_mac_addresses_and_guids_are_redacted(text, kind):
-    """Issue 13.7: this test used to assert that a MAC address is NOT redacted."""
+    """This test used to assert that a MAC address is NOT redacted."""
     out = Redactor().redact_text(text)
     assert f"<{kind}-1>" in out and text.split()[-1] not in out
 

@@ -1,4 +1,4 @@
-"""Issue 27.9: redaction also removes a node's FQDN domain (``<node>.corp.example.com`` when only
+"""Redaction also removes a node's FQDN domain (``<node>.corp.example.com`` when only
 ``<node>`` is known), IPv6 addresses with no decimal digit and netstat's ``a.b.c.d.port``; the
 independent leak scanner finds each of them too. Run ids with trailing whitespace or a newline are
 rejected, never matched; a run id that redaction would change (``x:y@z=1+2`` reads as user@host)

@@ -1,4 +1,4 @@
-"""Secrets on the way to the nodes, checked on the pure builders (issue 13.3/13.7): env values and
+"""Secrets on the way to the nodes, checked on the pure builders: env values and
 a container's env never in a command line, the registry password only on stdin, SSH key text and
 passphrase from a connection or an environment variable kept out of repr/public data, a store
 endpoint with credentials refused without echoing them. The same is checked on running

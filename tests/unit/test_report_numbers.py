@@ -1,4 +1,4 @@
-"""One number format where people read results (issue 26.5): report.md's per-trial, dispersion
+"""One number format where people read results: report.md's per-trial, dispersion
 and invalid-trial tables and ``make run``'s table show 2 decimals and the CV as a percentage
 (the review saw ``127.9`` beside ``15.68`` and a CV of ``0.8334`` under a "CV > 5%" label). The
 seed tables keep the seeds' format byte for byte (tests/unit/test_report.py)."""

@@ -1,5 +1,5 @@
 """The streamed result JSON (report/result_stream.py) is byte for byte the document result_json
-wrote before (issue 28.3), and ``dlperf extract`` holds no trial's samples once it is gated."""
+wrote before, and ``dlperf extract`` holds no trial's samples once it is gated."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_streamed_document_is_the_old_document_pytorch(tmp_path):
 
 
 def test_samples_json_rows_match_result_json_for_odd_values():
-    from dlperf_tasks.report.result_json import _num
+    from dlperf_tasks.report.result_stream import json_number as _num
 
     cases = [
         [Sample(1, 2.5, "ms/iter"), Sample(2, 3, "ms/iter")],                       # an int value: 3.0
@@ -112,11 +112,11 @@ def test_write_result_file_refuses_placeholders_without_spool(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_dlperf_view_prints_what_the_whole_document_prints(tmp_path):
-    """``--format dlperf`` builds only :func:`dlperf_view`: its text must be the whole document's, on
-    every fixture tree (throughput, latency, invalid trials) and the bench tree (a truncated trial)."""
+def test_dlperf_text_without_sample_rows_is_the_whole_documents(tmp_path):
+    """``--format dlperf`` builds the document without sample rows (``keep_samples=False``, no
+    spool): its text must be the whole document's, on every fixture tree (throughput, latency,
+    invalid trials) and the bench tree (a truncated trial)."""
     from dlperf_tasks.report.markdown import dlperf_text_lines
-    from dlperf_tasks.report.result_json import dlperf_view
 
     fix = ROOT / "tests" / "data" / "fixture_logs"
     cases = [("mxnet-bert", fix / "mxnet_bert"), ("pytorch-bert", fix / "pytorch_bert"),
@@ -124,8 +124,9 @@ def test_dlperf_view_prints_what_the_whole_document_prints(tmp_path):
              ("megatron-gpt", fix / "megatron_gpt"), ("mxnet-bert", _tree(tmp_path))]
     seen_invalid = False
     for suite_id, d in cases:
-        res = extract_tree(load_suite(suite_id), d)
-        whole = list(dlperf_text_lines(extract_result(res)))
-        assert whole and list(dlperf_text_lines(dlperf_view(res))) == whole, suite_id
+        whole = list(dlperf_text_lines(extract_result(extract_tree(load_suite(suite_id), d))))
+        lean = extract_result(extract_tree(load_suite(suite_id), d, keep_samples=False))
+        assert all(t["samples"] == [] for c in lean["cells"] for t in c["trials"])
+        assert whole and list(dlperf_text_lines(lean)) == whole, suite_id
         seen_invalid |= any(line.startswith("# invalid") for line in whole)
     assert seen_invalid  # the invalid-trial lines are compared too

@@ -1,4 +1,4 @@
-"""``dlperf results export --format openmetrics|conbench|bencher`` (issue 26.7): per cell
+"""``dlperf results export --format openmetrics|conbench|bencher``: per cell
 throughput, speedup, efficiency and CV, labelled by suite, cell, run and image digest; each
 format checked by its own parser (prometheus_client's OpenMetrics parser) or by a JSON schema
 written from the format's published reference (tests/data/export_schemas/)."""

@@ -84,7 +84,7 @@ def test_messages():
 
 
 def test_run_note_names_cells_of_the_aggregate_summaries():
-    """Issue 26.6: the DAG's publish task builds the note from the aggregate summaries, whose
+    """The DAG's publish task builds the note from the aggregate summaries, whose
     cells carry only ``cell_id`` (engine.outputs.cell_rows): no cell may read ``1n1g bz?``."""
     from dlperf_tasks.engine.outputs import cell_rows
 

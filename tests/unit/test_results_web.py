@@ -103,7 +103,7 @@ def test_dag_run_link_target_redirects_to_the_runs_results(client):
 
 
 def test_dag_run_tab_without_results_is_a_page_that_says_why(client):
-    """Issue 26.6: the "DLPerf results" tab of a DAG run (and of its tasks) shows
+    """The "DLPerf results" tab of a DAG run (and of its tasks) shows
     ``/dag-runs/<dag>/<run>`` inside the Airflow frame, for every DAG: with nothing to show it
     is an HTML page saying why, not a JSON error."""
     c, _, _, _ = client

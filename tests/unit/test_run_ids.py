@@ -1,4 +1,4 @@
-"""Issue 26.4: unique run ids from every producer, and publish never silently replaces a
+"""Unique run ids from every producer, and publish never silently replaces a
 different run stored under the same id (real local store, real files, real extraction)."""
 
 import json

@@ -1,4 +1,4 @@
-"""Issue 27.2: a store URL carrying credentials is never printed (only scheme, host, bucket,
+"""A store URL carrying credentials is never printed (only scheme, host, bucket,
 prefix and the store's non-secret parameters) and is refused on every scheme, in one line that
 does not repeat the secret."""
 
@@ -95,11 +95,11 @@ def test_s3_endpoint_with_credentials_is_refused_by_the_same_rule():
 
 def test_engine_messages_and_last_json_use_the_safe_form(tmp_path):
     from dlperf_tasks.engine.errors import NonRetriable
-    from dlperf_tasks.engine.storeaccess import open_store
+    from dlperf_tasks.engine.storeaccess import engine_store
 
     s = Settings(store_url=f"s3://b/p?endpoint=http://K:{SECRET}@127.0.0.1:1", store_source="test")
     with pytest.raises(NonRetriable) as exc:
-        open_store(s)
+        engine_store(s)
     assert SECRET not in str(exc.value) and "127.0.0.1:1" in str(exc.value)
 
 

@@ -1,4 +1,4 @@
-"""Issue 23.1-2: seed 001's table reproduced from seed 001's own logs with ``dlperf extract`` defaults.
+"""Seed 001's table reproduced from seed 001's own logs with ``dlperf extract`` defaults.
 
 The logs are PaddlePaddle/Perf@a26f15017270b3c67ad36edb66e7038ad853b179 ``Bert/OtherReports/PyTorch/logs``
 (tests/data/genuine_logs/README.md); the table is that commit's ``Bert/OtherReports/PyTorch/README.md``

@@ -1,4 +1,4 @@
-"""Issue 11 "Done when": every seed's printed table reproduced from LOGS (not from per-trial numbers):
+"""Every seed's printed table reproduced from LOGS (not from per-trial numbers):
 logs in each framework's real format are written with the seed's per-trial speeds, then read back
 with ``extract_tree`` (the whole parse -> gate -> aggregate -> result JSON path)."""
 
@@ -89,7 +89,7 @@ def test_seed_001_table_from_logs_with_gradient_accumulation(tmp_path):
     assert {t.metric.details["samples_per_step"] for t in res.trials} == {b * acc * g for _, b, g in want}
     result = extract_result(res)
     assert _cells_of(seed_001_table(result)) == _cells_of(SEED_001_TABLE)
-    # and the Paddle-convention index files (H4's writer) carry the same speeds, one file per cell
+    # and the Paddle-convention index files carry the same speeds, one file per cell
     import json
 
     from dlperf_tasks.report.index_files import write_index_files
@@ -158,7 +158,7 @@ def test_seed_002_every_case_latency_from_its_published_log_names(tmp_path):
 
 
 def test_result_json_carries_memory_source_and_framework_figure(tmp_path):
-    """Issue 11.11 / 11.5: the record says what the memory number is and keeps DLE's own figure."""
+    """The record says what the memory number is and keeps DLE's own figure."""
     from dlperf_tasks.report.result_json import load_result, trials_from_result, write_result
 
     W.write(tmp_path / "meg" / "DP_1x1x1_2_1536x16" / "1n1g" / "1" /

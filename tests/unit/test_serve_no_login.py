@@ -1,4 +1,4 @@
-"""``dlperf serve --no-login`` (issue 27.7): with no login every request is admin, and the
+"""``dlperf serve --no-login``: with no login every request is admin, and the
 api-server's 127.0.0.1 is reachable by every local user of the machine. ``--no-login`` refuses
 to start (before anything is set up) unless ``--i-am-the-only-user`` acknowledges it, and then
 says on stderr who can reach the service as admin. ``--port`` is bounded."""

@@ -1,5 +1,5 @@
-"""One way to each setting (issue 25.4): only dlperf_tasks/core/settings.py reads a ``DLPERF_*``
-variable; the store opens exactly the schemes the settings accept; only store/opener.py turns
+"""One way to each setting: only dlperf_tasks/core/settings.py reads a ``DLPERF_*``
+variable; the store opens exactly the schemes the settings accept; only store/store.py's open_store turns
 settings into a Store."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dlperf_tasks.core.errors import CatalogError, StoreError
 from dlperf_tasks.core.safeurl import STORE_SCHEMES
 from dlperf_tasks.core.settings import Settings, SettingsError, env_value
 from dlperf_tasks.store.limits import Limits
-from dlperf_tasks.store.opener import open_store
+from dlperf_tasks.store.store import open_store
 from dlperf_tasks.store.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -230,10 +230,10 @@ def test_only_the_opener_turns_settings_into_a_store():
         lines = _store_constructions((ROOT / rel).read_text())
         if lines:
             outside[rel] = lines
-    assert outside == {}, "open the configured store with dlperf_tasks.store.opener.open_store(settings)"
+    assert outside == {}, "open the configured store with dlperf_tasks.store.store.open_store(settings)"
     inside = {rel: lines for rel, text in _modules() if rel.startswith("dlperf_tasks/store/")
               for lines in [_store_constructions(text, only_from_settings=True)] if lines}
-    assert list(inside) == ["dlperf_tasks/store/opener.py"]
+    assert list(inside) == ["dlperf_tasks/store/store.py"]
     assert _store_constructions("q = Quarantine(Store.from_settings(settings.store_url))", True) == [1]
 
 
@@ -241,7 +241,7 @@ def test_the_opener_applies_the_settings_redaction(tmp_path):
     s = Settings.load(env={"DLPERF_REDACTION": "ips"}, store_url=str(tmp_path))
     assert open_store(s).redaction == ("ips",)
     assert open_store(s, redaction="none").redaction == ()
-    from dlperf_tasks.history.source import open_store as history_open
+    from dlperf_tasks.history.source import store_for as history_open
     from dlperf_tasks.store.quarantine import Quarantine
 
     assert history_open(settings=s).redaction == ("ips",)

@@ -1,4 +1,4 @@
-"""Issue 24.3: a suite's source patches are real. Each diff applies, at the lines it names, to the exact
+"""A suite's source patches are real. Each diff applies, at the lines it names, to the exact
 upstream lines it touches at the pinned commit (tests/data/upstream_excerpts/*.json: read from the
 upstream repositories' git mirrors, with the file's sha256 and line count), the applier is idempotent,
 and a checkout that is not the pinned version fails the trial in one line before anything runs."""

@@ -1,5 +1,5 @@
-"""The stand-in enforces each upstream entry point's real contract (issue 11.4) and prints what a
-real cluster prints (issue 13.7). Driven by the REAL launch commands, as in test_standin.py."""
+"""The stand-in enforces each upstream entry point's real contract and prints what a
+real cluster prints. Driven by the REAL launch commands, as in test_standin.py."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_optimizer_flag_does_not_exist_in_dle(tmp_path):
 
 def test_bert_large_config_trains_silently_and_slower_like_dle(tmp_path):
     """DLE builds the model from --config_file alone: a BERT-large config under bert-base-uncased trains
-    BERT-large without a word (issue 24). The stand-in does the same, at a third of the configured speed,
+    BERT-large without a word. The stand-in does the same, at a third of the configured speed,
     so a launch of the wrong model is visible in the number; refusing the cell is the pre-launch guard's job."""
     f = get("pytorch_bert")
     cell = _cell("pytorch_bert", 32, "1n1g")

@@ -1,4 +1,4 @@
-"""The stand-in is as strict as upstream at the pinned commits, and no stricter (issue 24).
+"""The stand-in is as strict as upstream at the pinned commits, and no stricter.
 
 Each case is a launch the real entry point refuses (or, for gluon-nlp with no ``--data``, runs
 without training) that the stand-in used to accept and print the configured speed for. The facts

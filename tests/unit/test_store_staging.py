@@ -1,4 +1,4 @@
-"""Staging between tasks on different workers (issue 15.1): two work dirs, one local store,
+"""Staging between tasks on different workers: two work dirs, one local store,
 no mocks. A trial's files travel through the store only; a re-run overwrites nothing valid;
 staging is private (never a published run)."""
 

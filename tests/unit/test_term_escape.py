@@ -1,4 +1,4 @@
-"""Issue 27.4: every human-readable CLI output escapes C0/C1 control characters other than
+"""Every human-readable CLI output escapes C0/C1 control characters other than
 newline and tab (OSC title, clear screen, OSC-8 links, C1 CSI, carriage-return overwrite, ESC),
 whatever they came from (a log, a result.json, a store's index, an argument); JSON output stays
 valid JSON with the same content."""

@@ -1,4 +1,4 @@
-"""DAG parse cost (issue 28.4): comparing two dlperf timetables (Airflow compares DAGs, hence
+"""DAG parse cost: comparing two dlperf timetables (Airflow compares DAGs, hence
 their schedules, whenever a mapped task joins a task group) must not import
 ``airflow.serialization.encoders`` (~60 ms of every parse), and must still mean what Airflow's
 ``CronMixin.__eq__`` means: same cron expression, same time zone."""

@@ -1,4 +1,4 @@
-"""The trigger form of each dlperf DAG (issue 26.6, dlperf_tasks.airflow.form): internal fields
+"""The trigger form of each dlperf DAG (dlperf_tasks.airflow.form): internal fields
 hidden, per-DAG fields only where they apply, adaptive trials a choice, the rarely used fields
 in a collapsed section, and every value the form offers accepted by the conf check."""
 

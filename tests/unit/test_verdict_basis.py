@@ -1,4 +1,4 @@
-"""Issue 26.1: a verdict states its basis. A run without history is "not judged (no history)"
+"""A verdict states its basis. A run without history is "not judged (no history)"
 on every surface (results check / show, the results page, the notification, the run note,
 make run's summary), never "no regression" / "N cell(s) checked", and the counts are the same
 everywhere because history/basis.py makes them."""
@@ -72,7 +72,7 @@ def test_counts_agree_between_the_report_and_its_recorded_form():
     b = rep.basis
     assert b["regression"] >= 1 and b["judged"] + b["not_judged"] == b["cells"] == 8
     assert basis_of(rep.to_dict()) == b
-    legacy = {k: v for k, v in rep.to_dict().items() if k != "basis"}  # recorded before issue 26
+    legacy = {k: v for k, v in rep.to_dict().items() if k != "basis"}  # recorded before verdicts stated their basis
     old = basis_of(legacy)
     assert (old["regression"], old["cells"]) == (b["regression"], b["cells"])
     head = rep.summary_lines()[0]
