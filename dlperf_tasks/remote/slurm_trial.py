@@ -10,17 +10,19 @@ credentials file, Apptainer's): nothing here writes one on the cluster.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlperf_tasks import frameworks
 from dlperf_tasks.catalog import patches
 from dlperf_tasks.catalog.nodefiles import node_files_dir
+from dlperf_tasks.catalog.shipping import put_node_files
 from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.core.model import Trial
 from dlperf_tasks.frameworks.launchspec import LaunchSpec
 from dlperf_tasks.remote import slurm_jobs
-from dlperf_tasks.remote.dockercmd import TRIAL_ENV
+from dlperf_tasks.remote.dockercmd import TRIAL_ENV, expand
 from dlperf_tasks.remote.slurm_jobs import JobState
 from dlperf_tasks.remote.slurm_script import SlurmJob, SlurmOptions, placeholder_nodes, render_job
 from dlperf_tasks.remote.ssh import SSHPool
@@ -40,6 +42,8 @@ def build_job(trial: Trial, suite, run_id: str, opts: SlurmOptions, *, image: st
         settings["env"] = {**env, **(settings.get("env") or {})}
     if opts.container == "none" and not settings.get("node_files_dir"):
         settings["node_files_dir"] = node_files_dir(opts.shared_dir)
+    if opts.container != "none" and getattr(suite, "container", None) is not None:
+        opts = dataclasses.replace(opts, mounts=(*suite_mounts(suite, opts), *opts.mounts))
     launches = []
     for r in ([0] if fw.launch_mode == "mpi" else range(topo.nodes)):
         spec = fw.checked_launch(trial, r, specs, settings)
@@ -49,6 +53,18 @@ def build_job(trial: Trial, suite, run_id: str, opts: SlurmOptions, *, image: st
                       specs=launches, nodes=topo.nodes, gpus_per_node=gpus_per_node, image=image,
                       env={TRIAL_ENV: trial.key}, telemetry=telemetry,
                       mpirun=str(settings.get("mpirun") or "mpirun"))
+
+
+def suite_mounts(suite, opts: SlurmOptions) -> list[str]:
+    """The suite's container mounts on the cluster: ``${workdir}`` is the shared work directory (where
+    :func:`prepare` puts the catalog files), ``${data_dir}`` its ``data`` directory."""
+    values = {"workdir": opts.shared_dir.rstrip("/"), "data_dir": f"{opts.shared_dir.rstrip('/')}/data"}
+    return [expand(m, values, f"suite {suite.id}: container mount") for m in suite.container.mounts]
+
+
+def prepare(pool: SSHPool, login: str, opts: SlurmOptions, suite) -> list[str]:
+    """Put the suite's catalog files and patches under the shared work directory (every node sees it)."""
+    return put_node_files(pool, login, opts.shared_dir, suite)
 
 
 def submit(pool: SSHPool, login: str, job: SlurmJob) -> str:

@@ -95,13 +95,16 @@ def test_pyxis_flags_are_documented_pyxis_options_and_use_the_digest():
         assert name in PYXIS and bool(eq) == (PYXIS[name] is not None), flag
     assert f"--container-image={enroot_uri(IMAGE)}" in train
     assert enroot_uri(IMAGE).startswith("nvcr.io#nvidia/pytorch@sha256:")
-    assert "--container-mounts=/shared/dlperf:/shared/dlperf,/data:/datasets:ro" in train
+    # the shared directory, the suite's mounts (${data_dir}, ${workdir}/catalog on the shared directory), the inventory's
+    assert ("--container-mounts=/shared/dlperf:/shared/dlperf,/shared/dlperf/data:/datasets:ro,"
+            "/shared/dlperf/catalog:/dlperf/catalog:ro,/data:/datasets:ro") in train
     assert "--container-workdir=/workspace/bert" in train
 
 
 def test_apptainer_runs_the_task_through_apptainer_exec_nv():
     _, job = _job("pytorch-bert", "1n8g", mode="apptainer")
-    assert f"apptainer exec --nv --bind=/shared/dlperf:/shared/dlperf docker://{IMAGE} bash -c" in job.script
+    assert (f"apptainer exec --nv --bind=/shared/dlperf:/shared/dlperf --bind=/shared/dlperf/data:/datasets:ro "
+            f"--bind=/shared/dlperf/catalog:/dlperf/catalog:ro docker://{IMAGE} bash -c") in job.script
     assert "--container-image" not in job.script
 
 
