@@ -213,9 +213,12 @@ def render_job(opts: SlurmOptions, *, run_id: str, trial_key: str, attempt: int,
         task = command_line(LaunchSpec(argv=prefix + script, env=specs[0].env, workdir=workdir), env)
     if _STEP_END in task.splitlines():
         raise PlanError(f"slurm: a launch command contains a line {_STEP_END!r}")
+    if opts.container == "pyxis":  # the image's own environment (PATH...), not the login shell's
+        task = "export PATH  # bash's default when the image's environment has none\n" + task
+        step.append("--export=" + ",".join(["MASTER_ADDR", *[f"DLPERF_HOST_{k}" for k in range(nodes)]]))
     step += container_flags(opts, image, workdir)
     step_file = f"{log_dir}/step.sh"
-    srun_train = " ".join(quote_word(w) for w in step) + " bash " + shlex.quote(step_file)
+    srun_train = " ".join(quote_word(w) for w in step) + " /bin/bash " + shlex.quote(step_file)
     lines = ["#!/bin/bash", "set -u",
              f"mkdir -p {shlex.quote(log_dir)}/telemetry",
              'mapfile -t DLPERF_HOSTS < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
