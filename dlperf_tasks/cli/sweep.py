@@ -103,10 +103,10 @@ def run(args) -> int:
         return dry_run(suite, the_plan, settings, image=args.image, ssh_port=args.mpi_ssh_port)
     if not args.out:
         raise PlanError("--out is required (or --dry-run)")
-    if slurm:
-        raise PlanError(f"cluster {settings.cluster}: sweeps on a Slurm cluster run through the Slurm runtime "
-                        f"(remote/slurm_trial.py), which 'dlperf sweep' does not drive yet; --dry-run shows the jobs")
-    cluster = None if settings.is_local else Cluster.from_yaml(settings.cluster)
+    from dlperf_tasks.remote.slurm_inventory import SlurmCluster
+
+    cluster = None if settings.is_local else (SlurmCluster.from_yaml(settings.cluster) if slurm
+                                              else Cluster.from_yaml(settings.cluster))
     opts = SweepOptions(policy=args.policy, cooldown_s=args.cooldown, retries=max(0, settings.trial_retries if args.retries is None else args.retries),
                         nodes=[n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None,
                         lease_wait_s=args.wait_for_nodes, image=args.image,

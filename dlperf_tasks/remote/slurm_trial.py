@@ -143,5 +143,11 @@ class SubmitQueue:
                 done.append(trial_id)
         return done
 
+    def retry(self, trial_id: str) -> None:
+        """Put an ended trial back at the front of the queue (its next attempt)."""
+        self.jobs.pop(trial_id, None)
+        self.ended.pop(trial_id, None)
+        self.waiting.insert(0, trial_id)
+
     def active_job_ids(self) -> list[str]:
         return [self.jobs[t] for t in self.in_flight()]

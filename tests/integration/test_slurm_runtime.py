@@ -7,6 +7,7 @@ squeue/sacct, scancel, the per-rank logs on the shared directory and their parsi
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 
 import pytest
@@ -104,3 +105,43 @@ def test_bad_partition_is_refused_at_submission(login, slurm_cluster_clean, sim_
         _submit(cluster, pool, host, suite, _trial(suite, "1n1g"), sim_cluster.image("pytorch:20.06-py3"),
                 partition="nosuch")
     assert slurm_cluster_clean.jobs() == []
+
+
+def test_sweep_runs_every_trial_as_a_job_and_writes_the_usual_result(slurm_cluster_clean, sim_cluster, tmp_path):
+    """engine.sweep.run_sweep on the Slurm cluster file: two cells (1n1g, 2n1g), a job each, result.json and
+    report.md as on the Docker runtime, each job's accounting in slurm_jobs.json."""
+    import json
+
+    from dlperf_tasks.catalog.overrides import Overrides
+    from dlperf_tasks.catalog.plan import plan
+    from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
+
+    # the seed's gradient accumulation makes a 1n1g step thousands of samples: a smaller time scale
+    suite = _suite(DLPERF_STANDIN_SPEED_1N1G="100", DLPERF_STANDIN_SPEED_2N1G="190", DLPERF_STANDIN_TIME_SCALE="0.0002")
+    the_plan = plan(suite, Overrides(topologies=("1n1g", "2n1g"), batch_sizes=(32,), precisions=("fp32",), trials=1))
+    cluster = SlurmCluster.from_yaml(slurm_cluster_clean.yaml_path)
+    res = run_sweep(suite, the_plan, cluster, tmp_path / "out",
+                    SweepOptions(image=sim_cluster.image("pytorch:20.06-py3"), poll_s=0.5, retries=0,
+                                 progress=sys.stderr))
+    assert len(res.ran) == len(the_plan.trials) >= 2
+    assert {r.status for r in res.ran} == {TrialStatus.OK}, [r.reason for r in res.ran]
+    assert {round(r.metric.value, 2) for r in res.ran} == {100.0, 190.0}
+    assert (res.out_dir / "result.json").exists() and (res.out_dir / "report.md").exists()
+    jobs = json.loads((res.out_dir / "slurm_jobs.json").read_text())
+    assert [rec[0]["state"] for rec in jobs.values()] == ["COMPLETED"] * len(the_plan.trials)
+    assert slurm_cluster_clean.jobs() == []
+
+
+def test_a_node_dying_mid_trial_ends_node_fail_mapped_and_named(login, slurm_cluster_clean, sim_cluster):
+    cluster, pool, host = login
+    c = slurm_cluster_clean
+    suite = _suite(DLPERF_STANDIN_TIME_SCALE="50")
+    _, job_id = _submit(cluster, pool, host, suite, _trial(suite, "2n1g"), sim_cluster.image("pytorch:20.06-py3"))
+    running = _wait(pool, host, job_id, lambda s: s.state == "RUNNING")
+    victim = "node2" if "2" in running.nodes else running.nodes.split(",")[-1]
+    with c.slurmd_killed(victim):
+        st = _wait(pool, host, job_id, lambda s: not s.active and s.source == "sacct", timeout=90)
+        status, reason = slurm_jobs.end_status(st)
+        assert status == TrialStatus.NODE_UNREACHABLE and "NODE_FAIL" in reason, reason
+        assert status.retriable
+    assert c.jobs() == []
