@@ -144,4 +144,8 @@ def test_a_node_dying_mid_trial_ends_node_fail_mapped_and_named(login, slurm_clu
         status, reason = slurm_jobs.end_status(st)
         assert status == TrialStatus.NODE_UNREACHABLE and "NODE_FAIL" in reason, reason
         assert status.retriable
+    # the dead node's epilog runs once its slurmd is back (the job is COMPLETING until then)
+    deadline = time.monotonic() + 60
+    while c.jobs() and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert c.jobs() == []
