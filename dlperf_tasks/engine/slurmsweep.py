@@ -73,7 +73,7 @@ class _Run:
         if missing and status is None:
             status, reason = TrialStatus.LAUNCH_FAILED, f"slurm job {st.job_id}: no {', '.join(missing)}"
         code = 0 if status is None else st.exit_code
-        return gate_run_logs(trial, self.b.rd.path, exit_codes={"slurm": code}, runtime_status=status,
+        return gate_run_logs(trial, self.b.rd.path, exit_codes={f"job {st.job_id}": code}, runtime_status=status,
                              runtime_reason=reason, nodes=[st.nodes] if st.nodes else [],
                              started_at=self.started[tid], finished_at=time.time())
 

@@ -124,7 +124,8 @@ def test_sweep_runs_every_trial_as_a_job_and_writes_the_usual_result(slurm_clust
                     SweepOptions(image=sim_cluster.image("pytorch:20.06-py3"), poll_s=0.5, retries=0,
                                  progress=sys.stderr))
     assert len(res.ran) == len(the_plan.trials) >= 2
-    assert {r.status for r in res.ran} == {TrialStatus.OK}, [r.reason for r in res.ran]
+    logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in sorted(res.out_dir.rglob("*.log")))
+    assert {r.status for r in res.ran} == {TrialStatus.OK}, ([r.reason for r in res.ran], logs)
     assert {round(r.metric.value, 2) for r in res.ran} == {100.0, 190.0}
     assert (res.out_dir / "result.json").exists() and (res.out_dir / "report.md").exists()
     jobs = json.loads((res.out_dir / "slurm_jobs.json").read_text())
