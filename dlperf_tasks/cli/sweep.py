@@ -94,12 +94,19 @@ def run(args) -> int:
         wc = worst_case(cells, AdaptivePolicy(rel_width=args.adaptive))
         print(f"adaptive trials: {wc['min_trials']} to {wc['max_trials']} trials (worst case = the fixed count)",
               file=sys.stderr)
-    fit_check(the_plan, settings)  # refused in one line before anything starts (as the DAG's plan step)
+    from dlperf_tasks.remote.slurm_inventory import scheduler_of
+
+    slurm = not settings.is_local and bool(settings.cluster) and scheduler_of(settings.cluster) == "slurm"
+    if not slurm:  # a Slurm cluster's fit is checked by its own dry run / submission
+        fit_check(the_plan, settings)  # refused in one line before anything starts (as the DAG's plan step)
     if args.dry_run:
         return dry_run(suite, the_plan, settings, image=args.image, ssh_port=args.mpi_ssh_port)
     if not args.out:
         raise PlanError("--out is required (or --dry-run)")
-    cluster = None if settings.is_local else Cluster.from_yaml(settings.cluster)
+    from dlperf_tasks.remote.slurm_inventory import SlurmCluster
+
+    cluster = None if settings.is_local else (SlurmCluster.from_yaml(settings.cluster) if slurm
+                                              else Cluster.from_yaml(settings.cluster))
     opts = SweepOptions(policy=args.policy, cooldown_s=args.cooldown, retries=max(0, settings.trial_retries if args.retries is None else args.retries),
                         nodes=[n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None,
                         lease_wait_s=args.wait_for_nodes, image=args.image,
@@ -157,8 +164,13 @@ def dry_run(suite, the_plan, settings, image: str | None = None, ssh_port: int |
                 print(f"{pt.id} node {rank} (local runtime, this machine): {spec.shell()}")
         return 0
     from dlperf_tasks.cli._dryrun import cluster_commands
+    from dlperf_tasks.cli._dryrun_slurm import slurm_commands
+    from dlperf_tasks.remote.slurm_inventory import scheduler_of
 
-    lines = list(cluster_commands(suite, the_plan, settings, image=image, ssh_port=ssh_port))  # refuses first
+    if settings.cluster and scheduler_of(settings.cluster) == "slurm":
+        lines = list(slurm_commands(suite, the_plan, settings, image=image))  # refuses first
+    else:
+        lines = list(cluster_commands(suite, the_plan, settings, image=image, ssh_port=ssh_port))
     print(the_plan.summary())
     print("\n".join(lines))
     return 0

@@ -29,6 +29,8 @@ from dlperf_tasks.core.model import TrialResult
 from dlperf_tasks.remote import nodeclean
 from dlperf_tasks.remote.allocation import Leases
 from dlperf_tasks.remote.inventory import Cluster
+from dlperf_tasks.remote.slurm_inventory import SlurmCluster
+from dlperf_tasks.engine.slurmsweep import run_on_slurm
 from dlperf_tasks.remote.ssh import SSHPool
 from dlperf_tasks.store.quarantine import Quarantine
 from dlperf_tasks.engine.decisions import for_sweep
@@ -92,7 +94,7 @@ def start_run(suite, plan, out_dir, opts: SweepOptions, cluster_name: str) -> Ru
     return rd
 
 
-def run_sweep(suite, plan, cluster: Cluster | None, out_dir: str | os.PathLike, options: SweepOptions | None = None,
+def run_sweep(suite, plan, cluster: Cluster | SlurmCluster | None, out_dir: str | os.PathLike, options: SweepOptions | None = None,
               stop_event: threading.Event | None = None) -> SweepResult:
     """Run ``plan`` (from :func:`dlperf_tasks.catalog.plan.plan`) of ``suite`` on ``cluster``; write ``out_dir``."""
     opts = options or SweepOptions()
@@ -108,7 +110,8 @@ def run_sweep(suite, plan, cluster: Cluster | None, out_dir: str | os.PathLike, 
         display.emit(f"{len(reused)} trial(s) already valid in {rd.path}; running the {len(todo)} missing or invalid")
 
     dec = for_sweep(suite, todo, reused, adaptive=opts.adaptive, node_health=opts.node_health, work_dir=_quarantine(opts),
-                    run_id=rd.run_id, nodes=(opts.nodes or cluster.names) if cluster else (), run_dir=rd.path)
+                    run_id=rd.run_id, nodes=(opts.nodes or cluster.names) if isinstance(cluster, Cluster) else (),
+                    run_dir=rd.path)
     batch = Batch(suite, rd, display, opts.policy, opts.cooldown_s, opts.retries, opts.poll_s,
                   opts.unreachable_grace_s, stop_event or threading.Event(), decisions=dec)
     ran: list[TrialResult] = []
@@ -116,6 +119,8 @@ def run_sweep(suite, plan, cluster: Cluster | None, out_dir: str | os.PathLike, 
     if cluster is None:
         prepare_local(rd)
         ran = run_locally(todo, batch)
+    elif isinstance(cluster, SlurmCluster):
+        ran = run_on_slurm(todo, batch, cluster, opts.image or cluster.resolve_image(plan.image)) if todo else []
     elif todo:
         ran, skipped = _on_cluster(suite, plan, cluster, todo, batch, opts)
     # aggregate what the trial records say, as the per-trial tasks' path does (one record format)

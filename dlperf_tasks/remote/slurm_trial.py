@@ -1,0 +1,153 @@
+"""Trials on a Slurm cluster, reached over SSH on a login node: build the job of a trial attempt from the
+suite (the same frameworks' ``checked_launch`` and source patches as the Docker runtime), submit it, poll
+every job of a run over one connection, cancel, and copy the per-rank logs into the run dir where the
+Docker runtime puts them (``Framework.log_relpath``), so parsers, validity and reports are unchanged.
+
+No dlperf node lease is taken: Slurm places the job (``--exclusive``). :class:`SubmitQueue` keeps at most
+``max_in_flight`` jobs of a run submitted and not ended. Registry credentials are the site's (enroot's
+credentials file, Apptainer's): nothing here writes one on the cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlperf_tasks import frameworks
+from dlperf_tasks.catalog import patches
+from dlperf_tasks.catalog.nodefiles import node_files_dir
+from dlperf_tasks.catalog.shipping import put_node_files
+from dlperf_tasks.core.errors import RemoteError
+from dlperf_tasks.core.model import Trial
+from dlperf_tasks.frameworks.launchspec import LaunchSpec
+from dlperf_tasks.remote import slurm_jobs
+from dlperf_tasks.remote.dockercmd import TRIAL_ENV, expand
+from dlperf_tasks.remote.slurm_jobs import JobState
+from dlperf_tasks.remote.slurm_script import SlurmJob, SlurmOptions, placeholder_nodes, render_job
+from dlperf_tasks.remote.ssh import SSHPool
+
+
+def build_job(trial: Trial, suite, run_id: str, opts: SlurmOptions, *, image: str | None, gpus_per_node: int,
+              attempt: int = 1, interface: str | None = None, telemetry: list[str] | None = None) -> SlurmJob:
+    """The Slurm job of one trial attempt: the one builder of a real submission and of the dry run.
+    Raises ``LaunchGuardError`` (a ValueError) where the Docker runtime would refuse the launch too."""
+    fw = frameworks.get(trial.cell.framework)
+    topo = trial.cell.topology
+    specs = placeholder_nodes(topo.nodes, gpus_per_node, interface)
+    settings = dict(suite.launcher or {})
+    env_fn = getattr(suite, "env_for", None)
+    env = dict(env_fn(topo)) if env_fn else dict(suite.env or {})
+    if env:
+        settings["env"] = {**env, **(settings.get("env") or {})}
+    if opts.container == "none" and not settings.get("node_files_dir"):
+        settings["node_files_dir"] = node_files_dir(opts.shared_dir)
+    if opts.container != "none" and getattr(suite, "container", None) is not None:
+        opts = dataclasses.replace(opts, mounts=(*suite_mounts(suite, opts), *opts.mounts))
+    launches = []
+    for r in ([0] if fw.launch_mode == "mpi" else range(topo.nodes)):
+        spec = fw.checked_launch(trial, r, specs, settings)
+        launches.append(LaunchSpec(argv=patches.wrap(suite, spec.argv, spec.workdir, settings), env=spec.env,
+                                   workdir=spec.workdir))
+    return render_job(opts, run_id=run_id, trial_key=trial.key, attempt=attempt, launch_mode=fw.launch_mode,
+                      specs=launches, nodes=topo.nodes, gpus_per_node=gpus_per_node, image=image,
+                      env={TRIAL_ENV: trial.key}, telemetry=telemetry,
+                      mpirun=str(settings.get("mpirun") or "mpirun"))
+
+
+def suite_mounts(suite, opts: SlurmOptions) -> list[str]:
+    """The suite's container mounts on the cluster: ``${workdir}`` is the shared work directory (where
+    :func:`prepare` puts the catalog files), ``${data_dir}`` its ``data`` directory."""
+    values = {"workdir": opts.shared_dir.rstrip("/"), "data_dir": f"{opts.shared_dir.rstrip('/')}/data"}
+    return [expand(m, values, f"suite {suite.id}: container mount") for m in suite.container.mounts]
+
+
+def prepare(pool: SSHPool, login: str, opts: SlurmOptions, suite) -> list[str]:
+    """Put the suite's catalog files and patches under the shared work directory (every node sees it)."""
+    return put_node_files(pool, login, opts.shared_dir, suite)
+
+
+def submit(pool: SSHPool, login: str, job: SlurmJob) -> str:
+    """Create the job's log directory, then ``sbatch --parsable`` with the script on stdin; the job id."""
+    import shlex
+    res = pool.run(login, f"mkdir -p {shlex.quote(job.log_dir)} && {shlex.join(job.sbatch_argv)}",
+                   timeout=120, stdin=job.script)
+    if res.rc != 0:
+        raise RemoteError(f"slurm: sbatch of {job.name} refused: {res.stderr.strip()[-400:]}", node=login)
+    return slurm_jobs.parse_submit(res.stdout)
+
+
+def poll(pool: SSHPool, login: str, job_ids) -> dict[str, JobState]:
+    """Every job's state, one SSH command for all of them."""
+    ids = list(job_ids)
+    if not ids:
+        return {}
+    res = pool.run(login, slurm_jobs.poll_command(ids), timeout=60)
+    if res.rc != 0 and "@@sacct" not in res.stdout:
+        raise RemoteError(f"slurm: squeue/sacct failed: {res.stderr.strip()[-300:]}", node=login)
+    return slurm_jobs.parse_poll(res.stdout)
+
+
+def cancel(pool: SSHPool, login: str, job_ids) -> None:
+    ids = list(job_ids)
+    if ids:
+        pool.run(login, slurm_jobs.cancel_command(ids), timeout=60)
+
+
+def collect_logs(pool: SSHPool, login: str, job: SlurmJob, trial: Trial, out_dir: Path) -> list[str]:
+    """Copy each node's output (``rank-node<k>.log``) to ``out_dir / log_relpath(trial, k)``, and the
+    telemetry sampler files under ``out_dir/telemetry/<trial key>/``; the names of logs that were missing."""
+    fw = frameworks.get(trial.cell.framework)
+    ranks = [0] if fw.launch_mode == "mpi" else range(trial.cell.topology.nodes)
+    missing = []
+    for k in ranks:
+        dest = Path(out_dir) / fw.log_relpath(trial, k)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if not pool.get(login, f"{job.log_dir}/rank-node{k}.log", str(dest)):
+            missing.append(f"rank-node{k}.log")
+    return missing
+
+
+@dataclass
+class SubmitQueue:
+    """A run's trials as Slurm jobs: at most ``max_in_flight`` submitted and not ended."""
+
+    max_in_flight: int = 4
+    waiting: list[str] = field(default_factory=list)  # trial ids not yet submitted, in plan order
+    jobs: dict[str, str] = field(default_factory=dict)  # trial id -> job id
+    ended: dict[str, JobState] = field(default_factory=dict)  # trial id -> final state
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight < 1:
+            raise ValueError(f"slurm: max_in_flight must be at least 1, got {self.max_in_flight}")
+
+    def in_flight(self) -> list[str]:
+        return [t for t in self.jobs if t not in self.ended]
+
+    def to_submit(self) -> list[str]:
+        """The trial ids to submit now (and marks nothing: call :meth:`submitted` with each job id)."""
+        room = self.max_in_flight - len(self.in_flight())
+        return self.waiting[:max(0, room)]
+
+    def submitted(self, trial_id: str, job_id: str) -> None:
+        self.waiting.remove(trial_id)
+        self.jobs[trial_id] = job_id
+
+    def update(self, states: dict[str, JobState]) -> list[str]:
+        """Record ended jobs; the trial ids that ended in this update."""
+        done = []
+        for trial_id in self.in_flight():
+            st = states.get(self.jobs[trial_id])
+            if st is not None and not st.active:
+                self.ended[trial_id] = st
+                done.append(trial_id)
+        return done
+
+    def retry(self, trial_id: str) -> None:
+        """Put an ended trial back at the front of the queue (its next attempt)."""
+        self.jobs.pop(trial_id, None)
+        self.ended.pop(trial_id, None)
+        self.waiting.insert(0, trial_id)
+
+    def active_job_ids(self) -> list[str]:
+        return [self.jobs[t] for t in self.in_flight()]

@@ -1,0 +1,152 @@
+"""The Slurm runtime (remote/slurm_script.py, slurm_jobs.py, slurm_trial.py) on the real test Slurm
+(scripts/testslurm: slurmctld, slurmd per simulated node, slurmdbd, MUNGE, a login node over SSH). Trials
+run the stand-in trainer (docker/standin) inside the suite's image through the test's pyxis stand-in
+(a SPANK plugin taking pyxis's options); GPUs are simulated. What is real: sbatch, srun steps,
+squeue/sacct, scancel, the per-rank logs on the shared directory and their parsing."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+
+import pytest
+
+from dlperf_tasks.catalog.loader import load_suite
+from dlperf_tasks.core.model import Cell, Trial, TrialStatus, Window
+from dlperf_tasks.core.topology import Topology
+from dlperf_tasks.measure.extract import gate_run_logs
+from dlperf_tasks.remote import slurm_jobs, slurm_trial
+from dlperf_tasks.remote.slurm_inventory import SlurmCluster
+from dlperf_tasks.remote.slurm_script import options_of
+from dlperf_tasks.remote.ssh import SSHPool
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slurm]
+
+
+@pytest.fixture
+def login(slurm_cluster_clean):
+    cluster = SlurmCluster.from_yaml(slurm_cluster_clean.yaml_path)
+    with SSHPool(cluster.login_cluster()) as pool:
+        yield cluster, pool, cluster.login_names[0]
+
+
+def _suite(**env):
+    base = load_suite("pytorch-bert")
+    e = {"DLPERF_STANDIN_TIME_SCALE": "0.02", **env}
+    return dataclasses.replace(base, env=e, env_multi_node={}, window=Window(5, 20), timeout_s=120, hang_timeout_s=60)
+
+
+def _trial(suite, topo: str) -> Trial:
+    return Trial(Cell(suite.id, suite.framework, suite.model, "fp32", 32, Topology.parse(topo), window=suite.window), 1)
+
+
+def _wait(pool, login, job_id, done, timeout=120.0) -> slurm_jobs.JobState:
+    deadline = time.monotonic() + timeout
+    while True:
+        st = slurm_trial.poll(pool, login, [job_id]).get(job_id)
+        if st is not None and done(st):
+            return st
+        assert time.monotonic() < deadline, f"job {job_id}: {st}"
+        time.sleep(0.5)
+
+
+def _job_output(pool, host, job, job_id) -> str:
+    """The batch script's own output and node 0's rank log (shown when a job fails)."""
+    parts = [pool.read(host, f"{job.log_dir}/{name}") or b"" for name in (f"slurm-{job_id}.out", "rank-node0.log")]
+    return b"\n".join(parts).decode(errors="replace")[-3000:]
+
+
+def _submit(cluster, pool, login, suite, trial, image, **opts):
+    o = dataclasses.replace(options_of(cluster.slurm), **opts)
+    slurm_trial.prepare(pool, login, o, suite)
+    job = slurm_trial.build_job(trial, suite, "slurmrun", o, image=image, gpus_per_node=trial.cell.topology.gpus_per_node)
+    return job, slurm_trial.submit(pool, login, job)
+
+
+def test_two_node_trial_runs_as_a_job_and_its_logs_gate_as_on_docker(login, sim_cluster, tmp_path):
+    cluster, pool, host = login
+    suite = _suite(DLPERF_STANDIN_SPEED_2N1G="123.45")
+    trial = _trial(suite, "2n1g")
+    job, job_id = _submit(cluster, pool, host, suite, trial, sim_cluster.image("pytorch:20.06-py3"))
+    st = _wait(pool, host, job_id, lambda s: not s.active and s.source == "sacct")
+    assert slurm_jobs.end_status(st) == (None, ""), _job_output(pool, host, job, job_id)
+    rec = slurm_jobs.trial_record(st)
+    assert rec["state"] == "COMPLETED" and rec["exit_code"] == 0 and rec["queue_s"] is not None
+    assert slurm_trial.collect_logs(pool, host, job, trial, tmp_path) == []
+    res = gate_run_logs(trial, tmp_path, exit_codes={"node0": 0, "node1": 0})
+    assert res.status == TrialStatus.OK, res.reason
+    assert res.metric.value == pytest.approx(123.45)
+
+
+def test_busy_partition_shows_the_pending_reason_and_cancel_leaves_nothing(login, slurm_cluster_clean, sim_cluster):
+    cluster, pool, host = login
+    c = slurm_cluster_clean
+    suite = _suite(DLPERF_STANDIN_TIME_SCALE="50")  # trains for minutes unless cancelled
+    image = sim_cluster.image("pytorch:20.06-py3")
+    _, first = _submit(cluster, pool, host, suite, _trial(suite, "1n1g"), image, partition=c.small_partition)
+    _wait(pool, host, first, lambda s: s.state == "RUNNING")
+    _, second = _submit(cluster, pool, host, suite, _trial(suite, "1n1g"), image, partition=c.small_partition)
+    pending = _wait(pool, host, second, lambda s: s.state == "PENDING" and s.reason in ("Resources", "Priority"))
+    assert slurm_jobs.pending_note(pending) in ("pending (Resources)", "pending (Priority)")
+    slurm_trial.cancel(pool, host, [first, second])
+    for job_id in (first, second):
+        st = _wait(pool, host, job_id, lambda s: not s.active and s.source == "sacct")
+        status, reason = slurm_jobs.end_status(st)
+        assert status == TrialStatus.NOT_RUN and "CANCELLED" in reason
+    assert c.jobs() == []
+    c.wait_containers(lambda ids: ids == [], timeout=30)
+
+
+def test_bad_partition_is_refused_at_submission(login, slurm_cluster_clean, sim_cluster):
+    cluster, pool, host = login
+    suite = _suite()
+    with pytest.raises(Exception, match="invalid partition specified: nosuch"):
+        _submit(cluster, pool, host, suite, _trial(suite, "1n1g"), sim_cluster.image("pytorch:20.06-py3"),
+                partition="nosuch")
+    assert slurm_cluster_clean.jobs() == []
+
+
+def test_sweep_runs_every_trial_as_a_job_and_writes_the_usual_result(slurm_cluster_clean, sim_cluster, tmp_path):
+    """engine.sweep.run_sweep on the Slurm cluster file: two cells (1n1g, 2n1g), a job each, result.json and
+    report.md as on the Docker runtime, each job's accounting in slurm_jobs.json."""
+    import json
+
+    from dlperf_tasks.catalog.overrides import Overrides
+    from dlperf_tasks.catalog.plan import plan
+    from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
+
+    # the seed's gradient accumulation makes a 1n1g step thousands of samples: a smaller time scale
+    suite = _suite(DLPERF_STANDIN_SPEED_1N1G="100", DLPERF_STANDIN_SPEED_2N1G="190", DLPERF_STANDIN_TIME_SCALE="0.0002")
+    the_plan = plan(suite, Overrides(topologies=("1n1g", "2n1g"), batch_sizes=(32,), precisions=("fp32",), trials=1))
+    cluster = SlurmCluster.from_yaml(slurm_cluster_clean.yaml_path)
+    res = run_sweep(suite, the_plan, cluster, tmp_path / "out",
+                    SweepOptions(image=sim_cluster.image("pytorch:20.06-py3"), poll_s=0.5, retries=0,
+                                 progress=sys.stderr))
+    assert len(res.ran) == len(the_plan.trials) >= 2
+    logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in sorted(res.out_dir.rglob("*.log")))
+    assert {r.status for r in res.ran} == {TrialStatus.OK}, ([r.reason for r in res.ran], logs)
+    assert {round(r.metric.value, 2) for r in res.ran} == {100.0, 190.0}
+    assert (res.out_dir / "result.json").exists() and (res.out_dir / "report.md").exists()
+    jobs = json.loads((res.out_dir / "slurm_jobs.json").read_text())
+    assert [rec[0]["state"] for rec in jobs.values()] == ["COMPLETED"] * len(the_plan.trials)
+    assert slurm_cluster_clean.jobs() == []
+
+
+def test_a_node_dying_mid_trial_ends_node_fail_mapped_and_named(login, slurm_cluster_clean, sim_cluster):
+    cluster, pool, host = login
+    c = slurm_cluster_clean
+    suite = _suite(DLPERF_STANDIN_TIME_SCALE="50")
+    _, job_id = _submit(cluster, pool, host, suite, _trial(suite, "2n1g"), sim_cluster.image("pytorch:20.06-py3"))
+    running = _wait(pool, host, job_id, lambda s: s.state == "RUNNING")
+    victim = "node2" if "2" in running.nodes else running.nodes.split(",")[-1]
+    with c.slurmd_killed(victim):
+        st = _wait(pool, host, job_id, lambda s: not s.active and s.source == "sacct", timeout=90)
+        status, reason = slurm_jobs.end_status(st)
+        assert status == TrialStatus.NODE_UNREACHABLE and "NODE_FAIL" in reason, reason
+        assert status.retriable
+    # the dead node's epilog runs once its slurmd is back (the job is COMPLETING until then)
+    deadline = time.monotonic() + 60
+    while c.jobs() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert c.jobs() == []
