@@ -22,7 +22,10 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 def escape(text: str) -> str:
     """``text`` with every C0/C1 control character (and DEL) but ``\\n`` and ``\\t`` as ``\\u00NN``."""
-    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", str(text))
+    text = str(text)
+    if text.isprintable():  # holds no control character (print() writes the newline on its own)
+        return text
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class EscapingStream:

@@ -10,6 +10,11 @@ from typing import Any
 #: BERT sizes by layer count (Devlin et al.: base 12 x 768, large 24 x 1024; tiny 2 x 128)
 _BERT_SIZES = {2: "tiny", 4: "mini", 8: "medium", 12: "base", 24: "large"}
 _BERT_NUMBERS = (re.compile(r"bert_(\d+)_(\d+)_(\d+)"), re.compile(r"l-(\d+)_h-(\d+)"))
+#: a size word on its own (``bert-base-uncased``, ``bert_config_large.json``), in this order of preference
+_BERT_SIZE_WORDS = tuple((size, re.compile(rf"(?<![a-z]){size}(?![a-z])"))
+                         for size in ("large", "base", "tiny", "mini", "medium"))
+_NOT_NAME = re.compile(r"[^a-z0-9]")
+_MODEL_NAME = re.compile(r"[a-z]+\d+[a-z0-9]*")
 
 
 def model_kind(text: Any) -> str | None:
@@ -25,9 +30,9 @@ def model_kind(text: Any) -> str | None:
             layers = int(m.group(1))
             return f"bert-{_BERT_SIZES.get(layers, f'{layers}-layers')}"
     if "bert" in t or base.endswith(".json"):
-        for size in ("large", "base", "tiny", "mini", "medium"):
-            if re.search(rf"(?<![a-z]){size}(?![a-z])", base):
+        for size, word in _BERT_SIZE_WORDS:
+            if word.search(base):
                 return f"bert-{size}"
         return None
-    name = re.sub(r"[^a-z0-9]", "", base)
-    return name if re.fullmatch(r"[a-z]+\d+[a-z0-9]*", name) else None
+    name = _NOT_NAME.sub("", base)
+    return name if _MODEL_NAME.fullmatch(name) else None
