@@ -16,6 +16,7 @@ import copy
 import re
 from typing import Any, Iterable, Mapping
 
+from dlperf_tasks.catalog import overrides
 from dlperf_tasks.core.errors import PlanError, PlanTooLargeError
 
 # at most 9999 nodes and 99 GPUs per node: "99999999999n8g" (it fit maxLength 16) used to plan for GBs
@@ -25,7 +26,7 @@ DEFAULT_MAX_MAP_LENGTH = 1024  # Airflow's default [core] max_map_length
 # A docker tag: [A-Za-z0-9_][A-Za-z0-9_.-]{0,127} (the registry's own rule)
 IMAGE_TAG_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
 BATCH_PATTERN = r"^[1-9][0-9]{0,3}$"  # a batch size the form sends as text ("32")
-PRECISIONS = ["fp32", "amp"]
+PRECISIONS = list(overrides.PRECISIONS)  # what a run may ask for (a suite without one refuses it)
 POLICIES = ["continue", "fail_fast"]
 _SHELL_META = re.compile(r"[;&|`$<>(){}\[\]\\'\"*?!#~\s]|\.\.")
 
@@ -52,8 +53,9 @@ def schemas(suite_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
             "title": "Batch sizes per device", "description": "e.g. [32, 64]; empty = the suite's.",
         },
         "precisions": {
-            "type": ["null", "array"], "items": {"type": "string", "enum": PRECISIONS}, "uniqueItems": True, "maxItems": 2,
-            "title": "Precisions", "description": "fp32 and/or amp (fp16 mixed precision); empty = the suite's.",
+            "type": ["null", "array"], "items": {"type": "string", "enum": PRECISIONS}, "uniqueItems": True,
+            "maxItems": len(PRECISIONS), "title": "Precisions",
+            "description": "fp32, amp (fp16 mixed precision), bf16 or fp8 (those the suites have); empty = the suite's.",
             "examples": PRECISIONS,
         },
         "topologies": {

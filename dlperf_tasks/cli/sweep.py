@@ -117,15 +117,19 @@ def run(args) -> int:
                         work_dir=settings.work_dir if args.quarantine else None, settings=settings)
     stop = threading.Event()
 
-    def on_term(signum, frame):  # SIGTERM: stop like Ctrl-C, trials clean up their nodes
+    def on_term(signum, frame):  # SIGTERM or SIGINT: stop, trials clean up their nodes
         stop.set()
         raise KeyboardInterrupt(f"signal {signum}")
 
+    # SIGINT too: a shell without job control starts a background job with SIGINT ignored, and Python
+    # keeps an inherited SIG_IGN, so `dlperf sweep &` in a script would never stop on kill -INT
     old = signal.signal(signal.SIGTERM, on_term)
+    old_int = signal.signal(signal.SIGINT, on_term)
     try:
         res = run_sweep(suite, the_plan, cluster, args.out, opts, stop_event=stop)
     finally:
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGINT, old_int)
     total = len(res.all)
     bad = [r for r in res.all if not r.valid]
     print(f"{total - len(bad)}/{total} trials valid; wrote {res.out_dir / 'result.json'} and "

@@ -79,7 +79,10 @@ def slow_image(sim_cluster_env, docker_config):
         _docker("rm", cid)
     _docker("push", "-q", slow)
     _docker("rmi", slow)
-    digest = _docker("inspect", "--format", "{{index .RepoDigests 0}}", base)
+    # this registry's digest of the base (the engine also holds the image under other workers' registries)
+    repo = base.rsplit(":", 1)[0] + "@"
+    (digest,) = [d for d in _docker("inspect", "--format", "{{range .RepoDigests}}{{println .}}{{end}}",
+                                    base).split() if d.startswith(repo)]
     return base, digest, slow
 
 

@@ -51,11 +51,15 @@ def host_suite(tmp_path: Path, record: Path, time_scale: str = "0.03") -> Path:
     return p
 
 
-def idle(path: Path) -> None:
+def idle(path: Path, *outs: Path) -> None:
+    """No process of the sweeps' trials (written to ``outs``) is left on any node, and no lease (other
+    test files' trials may run on this machine at the same time: only these trials' marks count)."""
+    keys = {json.loads(f.read_text())["trial"]["trial_key"] for out in outs for f in (out / "trials").glob("*.json")}
+    assert keys
     c = Cluster.from_yaml(path)
     with SSHPool(c) as pool:
         for n in c.names:
-            assert HostRuntime().leftovers(pool, n, "any") == [], n
+            assert [p for k in sorted(keys) for p in HostRuntime().leftovers(pool, n, "any", k)] == [], n
             assert pool.run(n, f"ls {c.node(n).workdir}/.lease 2>/dev/null || true").stdout.strip() == ""
 
 
@@ -86,7 +90,7 @@ def test_sweep_exact_speeds_and_rerun(cluster, tmp_path, capsys):
     assert all(r["env"].get("MASTER_ADDR") == master for r in multi)
     assert all(r["batch_size_per_device"] == 32 and r["iters"] >= 25 for r in recs)
     assert (out / "report.md").read_text().startswith("# dlperf result")
-    idle(path)
+    idle(path, out)
 
     # delete one trial file: the re-run runs exactly that trial
     files = sorted((out / "trials").glob("*.json"))
@@ -100,7 +104,7 @@ def test_sweep_exact_speeds_and_rerun(cluster, tmp_path, capsys):
     assert "5 trial(s) already valid" in err
     assert len(list((out / "trials").glob("*.json"))) == 6
     assert len(record.read_text().splitlines()) > before
-    idle(path)
+    idle(path, out)
 
 
 CHILD = r"""
@@ -133,4 +137,4 @@ def test_two_sweeps_never_share_a_node(cluster, tmp_path):
         for b in spans:
             if a[0] == b[0] and a[3] != b[3]:
                 assert a[2] <= b[1] or b[2] <= a[1], (a, b)
-    idle(path)
+    idle(path, tmp_path / "out0", tmp_path / "out1")

@@ -113,7 +113,13 @@ def running(pids: list[int]) -> list[int]:
 def sweep(env, tmp_path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "dlperf_tasks", "sweep", "--suite", "stubborn", "--cluster",
                              "local", "--out", str(tmp_path / "out"), "--retries", "0"],
-                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_as_a_background_job)
+
+
+def _as_a_background_job() -> None:
+    """SIGINT ignored, as a shell without job control starts ``dlperf sweep &`` (Python keeps it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def in_process(stubborn, monkeypatch):

@@ -45,7 +45,8 @@ def test_a_signal_stops_the_remote_trial_and_frees_the_node(sim_cluster_env, tmp
          str(sim.yaml_path), "--precisions", "fp32", "--batch-sizes", "32", "--trials", "1", "--nodes", NODE,
          "--wait-for-nodes", str(WAIT), "--retries", "0", "--no-env-capture", "--out", str(out)],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+        stderr=subprocess.STDOUT, text=True,  # SIGINT ignored, as a script's `dlperf sweep &` starts
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     c = Cluster.from_yaml(sim.yaml_path)
     with SSHPool(c) as pool:
         try:

@@ -11,6 +11,7 @@ dockerd and registry (only the GPUs are simulated by the stand-in trainer).
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -22,6 +23,7 @@ from tests.integration.dag_cluster_helpers import assert_cluster_idle, site_cata
 pytestmark = [pytest.mark.cluster, pytest.mark.airflow, pytest.mark.slow]
 
 DAG = "dlperf_pytorch"
+OUR_RUN = re.compile(r"pytorch-bert-\d{8}T\d{6}-")  # the dlperf run ids this DAG's runs get
 
 
 def _trial(svc, run_id: str) -> dict:
@@ -81,12 +83,14 @@ def test_marking_a_deferred_trial_failed_stops_its_jobs_and_frees_its_nodes(sim_
         while time.monotonic() < end:
             ti = _trial(svc, run_id)
             if ti.get("state") == "deferred":
-                rows = sim.containers("dlperf.run", all=False)
-                nodes = {r["Labels"].get("dlperf.node") for r in rows if r["Labels"].get("dlperf.run", "")
-                         .startswith("pytorch-bert-")}
-                if len(nodes) >= 2:  # (which two: the lease order spreads trials over the cluster)
-                    dlperf_run = next(r["Labels"]["dlperf.run"] for r in rows
-                                      if r["Labels"].get("dlperf.run", "").startswith("pytorch-bert-"))
+                # this DAG's runs only (pytorch-bert-<time>-<hash>; another test's suite may be pytorch-bert-int2)
+                by_run: dict[str, set] = {}
+                for r in sim.containers("dlperf.run", all=False):
+                    if OUR_RUN.match(r["Labels"].get("dlperf.run", "")):
+                        by_run.setdefault(r["Labels"]["dlperf.run"], set()).add(r["Labels"].get("dlperf.node"))
+                ours = [(run, found) for run, found in by_run.items() if len(found) >= 2]
+                if ours:  # (which two nodes: the lease order spreads trials over the cluster)
+                    ((dlperf_run, nodes),) = ours
                     break
             assert ti.get("state") not in ("success", "failed", "upstream_failed"), ti
             time.sleep(1)

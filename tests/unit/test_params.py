@@ -24,6 +24,14 @@ def test_good_conf_is_returned_whole():
     assert got == conf
 
 
+
+def test_llm_precisions_are_run_parameters():
+    """The LLM suites' bf16/fp8 pass the form's schema (a DAG of bf16/fp8 suites was refused: 'not one of
+    fp32, amp'); an unknown precision is still named."""
+    assert validate_conf({"precisions": ["bf16", "fp8"]}, SUITES)["precisions"] == ["bf16", "fp8"]
+    with pytest.raises(ParamsError, match=r"^precisions\[0\]: 'fp4' is not one of"):
+        validate_conf({"precisions": ["fp4"]}, SUITES)
+
 def test_form_multiselect_strings_become_batch_sizes_and_every_list_field_has_choices():
     """Airflow's form draws an array with ``examples`` as a multi-select, which sends strings:
     ``["64", "32"]`` is read as ``[64, 32]``; batch sizes and topologies offer the suites' values."""
