@@ -6,8 +6,8 @@ precision, 7 trials, on a 32-node inventory.
 
 Each step runs in a fresh process (so its peak RSS is its own):
 
-plan        ``plan()`` of the five DLPerf suites (mxnet-bert, mxnet-resnet50, pytorch-bert,
-            tensorflow-bert, megatron-gpt) with topologies 1n1g .. <nodes>n8g (Megatron: its
+plan        ``plan()`` of every built-in suite but smoke (the five DLPerf suites and the LLM
+            pretraining suites) with topologies 1n1g .. <nodes>n8g (Megatron: its
             layout table; topologies cannot be overridden there), precisions fp32+amp, XLA
             both where supported, ``--trials`` trials; also ``Plan.summary()`` and the plan JSON.
 simulate    ``scheduler.simulate`` of all those trials on the generated <nodes>-node inventory,
@@ -42,7 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (ROOT, BenchError, Timer, goal, machine, run_worker, save_json, table,  # noqa: E402
                      worker_main)
 
-SUITES = ("mxnet-bert", "mxnet-resnet50", "pytorch-bert", "tensorflow-bert", "megatron-gpt")
+
+def suite_ids() -> list[str]:
+    """Every built-in suite but the smoke demo."""
+    from dlperf_tasks.catalog.loader import list_suites
+
+    return sorted(s.id for s in list_suites() if s.id != "smoke")
+
+
 #: goals for the 32-node plan: planning + simulation each under 10 s, expanding each DAG
 #: under 10 s, and each DAG run within Airflow's max_map_length
 GOAL_PLAN_S = 10.0
@@ -94,7 +101,7 @@ def step_plan(p: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"suites": {}}
     with Timer() as t:
         plans = []
-        for sid in SUITES:
+        for sid in suite_ids():
             s = load_suite(sid)
             pl = plan(s, overrides_for(s, p))
             plans.append(pl)
@@ -121,7 +128,7 @@ def step_simulate(p: dict[str, Any]) -> dict[str, Any]:
     cluster = Cluster.from_yaml(p["inventory"])
     nodes = {n.name: n.gpus for n in cluster.nodes}
     jobs = []
-    for sid in SUITES:
+    for sid in suite_ids():
         s = load_suite(sid)
         jobs += [Job.from_trial(t.trial) for t in plan(s, overrides_for(s, p)).trials]
     dur = {j.key: j.estimate_s for j in jobs}
@@ -248,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         env = airflow_env(tmp)
         payload = {"inventory": str(inv), "tmp": str(tmp), "trials": a.trials, "topologies": topologies(a.nodes),
                    "policies": [x.strip() for x in a.policies.split(",") if x.strip()]}
-        print(f"{len(SUITES)} suites, topologies {','.join(payload['topologies'])} (Megatron: its layouts), "
+        print(f"{len(suite_ids())} suites, topologies {','.join(payload['topologies'])} (Megatron: its layouts), "
               f"fp32+amp, XLA both (TF), {a.trials} trials, {a.nodes}-node inventory", flush=True)
         rows = []
         for step in steps:
