@@ -140,6 +140,7 @@ def trial_to_dict(r: TrialResult, samples_of: Callable[[TrialResult], Any] | Non
         "logs": list(r.log_paths),
         "started_at": r.started_at,
         "finished_at": r.finished_at,
+        **({"node_env": {n: dict(e) for n, e in r.node_env.items()}} if r.node_env else {}),
     }
 
 
@@ -179,7 +180,8 @@ def trial_from_dict(cell: Cell, d: Mapping[str, Any]) -> TrialResult:
         trial=Trial(cell, int(d["index"])), status=status, reason=reason,
         metric=metric, samples=samples, log_paths=list(d.get("logs") or ([d["log"]] if d.get("log") else [])),
         nodes=list(d.get("node_names", [])), exit_codes=dict(d.get("exit_codes", {})),
-        started_at=d.get("started_at"), finished_at=d.get("finished_at"))
+        started_at=d.get("started_at"), finished_at=d.get("finished_at"),
+        node_env={str(n): dict(e) for n, e in (d.get("node_env") or {}).items() if isinstance(e, Mapping)})
 
 
 TRIAL_RECORD_VERSION = 1
