@@ -39,7 +39,8 @@ from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.remote import jobpoll
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.trialdocs import TrialState, Verdict
-from dlperf_tasks.remote.runtime import DockerRuntime, HostRuntime, NodeFacts, make_runtime, safe_name
+from dlperf_tasks.remote.runtime import (DigestMismatch, DockerRuntime, HostRuntime, NodeFacts, make_runtime,
+                                         safe_name)
 from dlperf_tasks.remote.ssh import SSHPool
 from dlperf_tasks.remote.trialnodes import (LAUNCH_EXIT_CODES, VANISHED, LaunchError, NodeRun, cleanup, collect,
                                             parallel, start_mpi_helper, start_node_job)
@@ -228,8 +229,13 @@ def start_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, ru
     try:
         if facts is None:
             facts = HostRuntime.prepare(runtime, pool, list(node_names))
-        state["node_env"] = node_env(facts, node_names)
+        try:
+            runtime.verify_digest(pool, list(node_names), facts)  # the image each node holds now
+        finally:
+            state["node_env"] = node_env(facts, node_names)
         tr.build_commands(facts)
+    except DigestMismatch as exc:  # another image than the catalog pins: refused, nothing started
+        state["failed"] = {"status": TrialStatus.LAUNCH_FAILED.value, "reason": str(exc)}
     except RemoteError as exc:
         state["failed"] = {"status": TrialStatus.NODE_UNREACHABLE.value, "reason": str(exc)}
     except LaunchGuardError as exc:  # the command would not train the cell: refused before any GPU time

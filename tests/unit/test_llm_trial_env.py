@@ -1,7 +1,11 @@
-"""The GPU model the MFU is judged against comes from the nodes: nvidia-smi's ``name`` in the
+"""What each trial ran with, from the nodes: the GPU model and the image digest.
+
+The GPU model the MFU is judged against comes from the nodes: nvidia-smi's ``name`` in the
 environment capture, carried per trial into the gate (``node_env``). Names are the ones real
 machines print (sources in measure/data/gpu_peaks.json's "names"); the GPUs themselves are the
-stand-in nvidia-smi (docker/standin/rootfs/usr/local/bin/nvidia-smi, the real tool's formats)."""
+stand-in nvidia-smi (docker/standin/rootfs/usr/local/bin/nvidia-smi, the real tool's formats).
+The plan carries the digest the catalog pins (a node holding another refuses the trial: the
+simulated cluster's test, tests/integration/test_llm_cluster.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +14,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from dlperf_tasks.catalog.loader import load_suite
-from dlperf_tasks.catalog.plan import plan
+from dlperf_tasks.catalog.loader import BUILTIN_DIR, load_suite
+from dlperf_tasks.catalog.plan import Plan, plan
 from dlperf_tasks.core.model import Sample, TrialResult, TrialStatus
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.measure import llm_metrics
@@ -134,3 +139,21 @@ def test_the_trial_record_keeps_each_nodes_gpu_and_digest():
     back = trial_from_record(json.loads(json.dumps(trial_record(res))))
     assert back.node_env == env
     assert "node_env" not in trial_record(TrialResult(trial=t, status=TrialStatus.OK))["trial"]
+
+
+def _pinned_suite(tmp_path, digest: str):
+    data = yaml.safe_load((BUILTIN_DIR / "llama31-8b-megatron-bridge.yaml").read_text())
+    data["container"]["digest"] = digest
+    p = tmp_path / "llama31-8b-megatron-bridge.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return load_suite(str(p))
+
+
+def test_the_plan_carries_the_digest_the_catalog_pins_for_its_image(tmp_path):
+    digest = "sha256:" + "ab" * 32
+    suite = _pinned_suite(tmp_path, digest)
+    p = plan(suite, {"trials": 1})
+    assert p.image == "nvcr.io/nvidia/nemo:26.04" and p.image_digest == digest
+    assert Plan.from_dict(json.loads(json.dumps(p.to_dict()))).image_digest == digest
+    assert plan(suite, {"trials": 1, "image_tag": "26.06"}).image_digest is None  # another tag: not pinned
+    assert plan(load_suite("llama31-8b-torchtitan"), {"trials": 1}).image_digest is None  # unset in the catalog
