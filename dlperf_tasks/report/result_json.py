@@ -213,6 +213,13 @@ def trials_from_result(result: Mapping[str, Any]) -> list[TrialResult]:
     return out
 
 
+def _unit(st: CellStats) -> str:
+    """The cell's speed unit: the one its valid trials' metrics name (an LLM cell: the job's
+    ``tokens/s``), else the metric kind's."""
+    units = {(t.metric.details or {}).get("unit") for t in st.trials if t.valid and t.metric is not None}
+    return units.pop() if len(units) == 1 and None not in units else st.unit
+
+
 def cell_to_dict(st: CellStats, samples_of: Callable[[TrialResult], Any] | None = None) -> dict[str, Any]:
     c = st.cell
     return {
@@ -230,7 +237,7 @@ def cell_to_dict(st: CellStats, samples_of: Callable[[TrialResult], Any] | None 
         "layout_case": c.layout.case if c.layout else None,
         "layout_group": c.layout.group if c.layout else None,
         "metric_kind": st.metric_kind.value,
-        "unit": st.unit,
+        "unit": _unit(st),
         "median_speed": st.median,
         "average_speed": st.average,
         "min": st.min,
