@@ -157,3 +157,42 @@ def test_the_plan_carries_the_digest_the_catalog_pins_for_its_image(tmp_path):
     assert Plan.from_dict(json.loads(json.dumps(p.to_dict()))).image_digest == digest
     assert plan(suite, {"trials": 1, "image_tag": "26.06"}).image_digest is None  # another tag: not pinned
     assert plan(load_suite("llama31-8b-torchtitan"), {"trials": 1}).image_digest is None  # unset in the catalog
+
+
+@pytest.mark.parametrize("suite_id", ["llama31-8b-torchtitan", "llama31-8b-megatron-bridge"])
+def test_the_suites_env_reaches_the_llm_trainer(suite_id):
+    """The suite's ``env:`` (handed to launch() as settings["env"]) is in every rank's environment."""
+    suite = load_suite(suite_id)
+    t = plan(suite, {"trials": 1}).trials[0].trial
+    spec = get(suite.framework).launch(t, 0, _nodes(t.cell.topology.nodes),
+                                       {**suite.launcher, "env": {"NCCL_DEBUG": "INFO", "DLPERF_X": "1"}})
+    assert spec.env["NCCL_DEBUG"] == "INFO" and spec.env["DLPERF_X"] == "1" and spec.env["PYTHONUNBUFFERED"] == "1"
+
+
+def test_an_llm_result_survives_redaction_unchanged():
+    """Figure names such as ``energy_j_per_token`` are units, not credentials: the published copy of
+    an LLM result is the same JSON (a secret next to them is still redacted)."""
+    from dlperf_tasks.measure.stats import aggregate
+    from dlperf_tasks.report.result_json import build_result, dumps
+    from dlperf_tasks.store.redact import Redactor
+
+    t, lines = _megatron_trial_and_log()
+    fw = get(t.cell.framework)
+    res = gate(fw, t, fw.parse(lines), gpu_models={"n0": "NVIDIA H100 80GB HBM3"})
+    text = dumps(build_result(aggregate([res]), {"run_id": "r1", "suite": "llama31-8b-megatron-bridge"}))
+    assert '"energy_j_per_token": {' in text
+    assert json.loads(Redactor().redact_text(text)) == json.loads(text)
+    assert "s3cr3t" not in Redactor().redact_text('"energy_j_per_token": 1.0, "api_token": "s3cr3t-value"')
+
+
+def test_the_sources_a_result_names_pass_the_leak_scanner():
+    """Peak and reference sources name files at commits (``owner/repo@commit:path``): the published
+    result shows them, so the leak scanner must not take them for user@host; a real one still is."""
+    from dlperf_tasks.measure.llm_checks import references
+    from dlperf_tasks.store.leakscan import LeakScanner
+
+    scan = LeakScanner()
+    texts = [r["source"] for r in references()] + [g["source"] for g in llm_metrics.gpu_table().values()]
+    assert any("Megatron-Bridge@" in t for t in texts) and any("utils.py@b5bcd76" in t for t in texts)
+    assert [t for t in texts if scan.scan_line(t)] == []
+    assert scan.scan_line("ran by alice@gpu-node7 and bob@3f2a1c9d8e7b")
