@@ -56,6 +56,8 @@ class Plan:
     cells: list[Cell]
     trials: list[PlannedTrial]
     overrides: Overrides = field(default_factory=Overrides)
+    #: the digest the catalog pins for ``image`` (None: not pinned, or another tag was asked for)
+    image_digest: str | None = None
 
     def trials_of(self, cell: Cell) -> list[PlannedTrial]:
         return [t for t in self.trials if t.trial.cell.id == cell.id]
@@ -68,6 +70,7 @@ class Plan:
             "dag": self.dag,
             "model": self.model,
             "image": self.image,
+            "image_digest": self.image_digest,
             "upstream_commit": self.upstream_commit,
             "window": self.window.to_dict(),
             "timeout_s": self.timeout_s,
@@ -104,6 +107,7 @@ class Plan:
             upstream_commit=d.get("upstream_commit", ""), window=Window(**d["window"]),
             timeout_s=int(d["timeout_s"]), hang_timeout_s=int(d["hang_timeout_s"]),
             cells=cells, trials=trials, overrides=Overrides.from_dict(d.get("overrides")),
+            image_digest=d.get("image_digest"),
         )
 
     def summary(self) -> str:
@@ -324,6 +328,7 @@ def plan(suite: Suite, overrides: Overrides | Mapping[str, Any] | None = None,
         upstream_commit=suite.upstream.commit if suite.upstream else "", window=ax.window,
         timeout_s=suite.timeout_s, hang_timeout_s=suite.hang_timeout_s, cells=cells,
         trials=_planned_trials(suite.framework, cells, ax.trials), overrides=ov,
+        image_digest=suite.container.digest if suite.container is not None and image == suite.container.image else None,
     )
 
 

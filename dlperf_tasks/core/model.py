@@ -254,6 +254,8 @@ class TrialResult:
     exit_codes: dict[str, int | None] = field(default_factory=dict)
     started_at: float | None = None
     finished_at: float | None = None
+    #: what each node ran the trial with: ``{node: {"gpu_model": nvidia-smi name, "image_digest": repo@sha256}}``
+    node_env: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.samples = as_samples(self.samples)

@@ -50,6 +50,7 @@ def run_meta(rd: RunDir, source: str) -> dict[str, Any]:
         "run_id": rd.run_id, "suite": plan.get("suite"), "framework": plan.get("framework"),
         "dag_run_id": plan.get("dag_run_id"), "started_at": plan.get("started_at"), "finished_at": now_iso(),
         "image": env.get("image", plan.get("image")), "image_digest": env.get("image_digest"),
+        "planned_image_digest": plan.get("image_digest"),
         "upstream_commit": plan.get("upstream_commit") or None,
         "cluster": {"name": plan.get("cluster"), "nodes": env.get("nodes", [])},
         "env": dict(env.get("env") or {}), "window": plan.get("window"), "source": source,

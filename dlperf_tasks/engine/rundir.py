@@ -157,6 +157,8 @@ def write_plan(rd: RunDir, plan_doc: Mapping[str, Any], *, params: Mapping[str, 
     keys (an A/B run's ``image`` / ``nodes`` / ``confirm``). Returns the document written."""
     doc = {**plan_doc, "params": dict(params), "dag": dag, "dag_run_id": dag_run_id, "run_id": rd.run_id,
            "started_at": started_at, "policy": policy, "dry_run": bool(dry_run), "cluster": cluster, **extra}
+    if extra.get("image") not in (None, plan_doc.get("image")) and "image_digest" not in extra:
+        doc["image_digest"] = None  # the catalog's digest pins the catalog's image, not the one given here
     rd.write("plan.json", doc)
     return doc
 

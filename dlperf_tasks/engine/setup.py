@@ -25,6 +25,7 @@ from dlperf_tasks.remote.runtime import make_runtime
 from dlperf_tasks.catalog.shipping import put_node_files
 from dlperf_tasks.remote import local
 from dlperf_tasks.remote.envcapture import local_identity
+from dlperf_tasks.telemetry.sampler import TelemetryConfig
 from dlperf_tasks.remote.ssh import SSHPool
 
 def plan_runs(group: str, suite_ids: list[str], params: Mapping[str, Any], settings, *,
@@ -88,7 +89,8 @@ def prepare_nodes(rd: RunDir, suite, cluster, pool, nodes: list[str], *, image: 
     for f in facts.values():
         for n in f.notes:
             note and note(f"warning: {n}")
-    env = envcapture.capture(pool, nodes, runtime, facts, upstream_commit) if capture_env else {}
+    smi = TelemetryConfig.from_env().nvidia_smi  # the nodes' nvidia-smi, as the telemetry runs it
+    env = envcapture.capture(pool, nodes, runtime, facts, upstream_commit, smi) if capture_env else {}
     rd.save_facts(facts)
     # every name and address the nodes may print, for the store's redactor and leak scanner
     rd.write(IDENTITY_FILE, envcapture.identities(pool, nodes))

@@ -13,6 +13,7 @@ import statistics
 from typing import Mapping
 
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
+from dlperf_tasks.frameworks._launch import env_from
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.frameworks.launchspec import NodeSpec
 
@@ -28,12 +29,14 @@ def torchrun_prefix(trial: Trial, node_rank: int, nodes: list[NodeSpec], setting
 
 
 def node_env(node_rank: int, nodes: list[NodeSpec], settings: Mapping) -> dict[str, str]:
+    """The rank's environment: unbuffered output, the node's interface for NCCL/Gloo, then the
+    suite's ``env:`` and ``launcher.env`` (``settings["env"]``) over them."""
     env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(settings.get("omp_threads", 1))}
     iface = nodes[node_rank].interface
     if iface:
         env["NCCL_SOCKET_IFNAME"] = iface
         env["GLOO_SOCKET_IFNAME"] = iface
-    return env
+    return env_from(settings, env)
 
 
 class LlmFramework(Framework):

@@ -88,6 +88,13 @@ _FAMILIES = (
     ("dlperf_scaling_efficiency_ratio", "efficiency", "Speedup over the GPU count", 1.0),
     ("dlperf_trial_cv_ratio", "cv", "Coefficient of variation of the valid trials (stdev / mean)", 1.0),
     ("dlperf_valid_trials", "valid_trials", "Valid trials behind the figures", 1.0),
+    # LLM suites (report/llm_summary.py): the figures LLM teams quote, per GPU
+    ("dlperf_tokens_per_second_per_gpu", "tokens_per_sec_per_gpu", "Median tokens/s per GPU of the cell's valid "
+     "trials (global batch x sequence / step time / GPUs)", 1.0),
+    ("dlperf_model_tflops_per_gpu", "tflops_per_gpu", "Median model TFLOP/s per GPU, attention not discounted for "
+     "the causal mask (torchtitan's and NeMo 2's convention)", 1.0),
+    ("dlperf_mfu_ratio", "mfu_pct", "Model FLOPs utilisation: model TFLOP/s per GPU over the GPU model's dense "
+     "peak at the compute precision", 0.01),
 )
 
 
@@ -268,8 +275,14 @@ def to_conbench(results: Iterable[Mapping[str, Any]]) -> str:
 
 
 # ----------------------------------------------------------------------------- Bencher (BMF)
+#: an LLM cell's figures as Bencher measures (figure, measure slug, scale)
+LLM_MEASURES = (("tokens_per_sec_per_gpu", "tokens-per-second-per-gpu", 1.0), ("tflops_per_gpu", "tflops-per-gpu", 1.0),
+                ("mfu_pct", "mfu-percent", 1.0))
+
+
 def to_bencher(result: Mapping[str, Any], notes: list[str] | None = None) -> str:
-    """BMF JSON of one run: ``{"<cell id>": {"throughput": {"value", "lower_value", "upper_value"}, ...}}``."""
+    """BMF JSON of one run: ``{"<cell id>": {"throughput": {"value", "lower_value", "upper_value"}, ...}}``
+    (an LLM cell also :data:`LLM_MEASURES`)."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for cell in result.get("cells") or []:
         figs = cell_figures(cell)
@@ -288,7 +301,7 @@ def to_bencher(result: Mapping[str, Any], notes: list[str] | None = None) -> str
         elif "latency_ms" in figs:
             _note(notes, f"bencher: cell {clean_text(cell.get('cell_id'))!r}: latency beyond a double in ns; left out")
         for fig, slug, scale in (("speedup", "speedup", 1.0), ("efficiency", "scaling-efficiency", 1.0),
-                                 ("cv", "cv-percent", 100.0)):
+                                 ("cv", "cv-percent", 100.0), *LLM_MEASURES):
             v = _scaled(figs.get(fig), scale)
             if v is not None:
                 measures[slug] = {"value": round(v, 6)}

@@ -32,6 +32,20 @@ def _floats(values: Iterable[Any]) -> list[float]:
     return out
 
 
+#: a cell whose speed is the job's tokens/s (an LLM cell) is judged per GPU: its figure is tokens/s/GPU
+PER_GPU_UNITS = {"tokens/s": "tokens/s/GPU"}
+
+
+def _per_gpu(c: Mapping[str, Any], values: list[float], median: float | None, unit: str):
+    """(values, median, unit) per GPU for a cell whose unit is in :data:`PER_GPU_UNITS` and that
+    names its GPU count; else as given. Within one cell the GPU count is fixed, so ratios (the
+    regression check's, the compare's) are the same; the figure is the one LLM teams quote."""
+    gpus = c.get("gpus")
+    if unit not in PER_GPU_UNITS or not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+        return values, median, unit
+    return [v / gpus for v in values], (median / gpus if median is not None else None), PER_GPU_UNITS[unit]
+
+
 @dataclass(frozen=True)
 class CellView:
     cell_id: str
@@ -59,11 +73,12 @@ class CellView:
             values = [t.get("value") for t in c.get("trials", []) if t.get("status") == "OK"]
         vals = _floats(values)
         med = c.get("median_speed")
+        vals, median, unit = _per_gpu(c, vals, float(med) if med is not None else (
+            statistics.median(vals) if vals else None),
+            c.get("unit") or ("ms/iter" if c.get("metric_kind") == "latency" else "samples/s"))
         return cls(
-            cell_id=c["cell_id"], values=tuple(vals),
-            median=float(med) if med is not None else (statistics.median(vals) if vals else None),
-            speedup=c.get("speedup"), metric_kind=c.get("metric_kind") or "throughput",
-            unit=c.get("unit") or ("ms/iter" if c.get("metric_kind") == "latency" else "samples/s"),
+            cell_id=c["cell_id"], values=tuple(vals), median=median,
+            speedup=c.get("speedup"), metric_kind=c.get("metric_kind") or "throughput", unit=unit,
             model=c.get("model"), n_valid=int(c.get("n_valid", len(vals))), n_invalid=int(c.get("n_invalid") or 0),
         )
 
@@ -72,11 +87,11 @@ class CellView:
         vals = _floats(c.get("trial_values") or c.get("values") or [])
         med = c.get("median_speed")
         kind = c.get("metric_kind") or "throughput"
+        vals, median, unit = _per_gpu(c, vals, float(med) if med is not None else (
+            statistics.median(vals) if vals else None), c.get("unit") or ("ms/iter" if kind == "latency" else "samples/s"))
         return cls(
-            cell_id=cell_id, values=tuple(vals),
-            median=float(med) if med is not None else (statistics.median(vals) if vals else None),
-            speedup=c.get("speedup"), metric_kind=kind,
-            unit=c.get("unit") or ("ms/iter" if kind == "latency" else "samples/s"),
+            cell_id=cell_id, values=tuple(vals), median=median,
+            speedup=c.get("speedup"), metric_kind=kind, unit=unit,
             model=c.get("model"), n_valid=int(c.get("n_valid", len(vals)) or 0),
             n_invalid=int(c.get("n_invalid") or 0),
         )

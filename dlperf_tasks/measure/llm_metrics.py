@@ -5,7 +5,8 @@ Entry point: :func:`llm_figures(parsed, framework, cell, window)` -> dict. ``par
 ``ParsedLog`` from one of the LLM log parsers (``frameworks/_megatron_llm_log``, ``_nemo2_log``,
 ``_torchtitan_log``); ``framework`` is ``"megatron_bridge"``, ``"megatron_lm"``, ``"nemo2"`` or
 ``"torchtitan"``; ``cell`` is a plain mapping of what the cell states: ``model`` (a key of
-``data/llm_models.json``), ``gpu`` (a key or alias of ``data/gpu_peaks.json``), ``vendor``
+``data/llm_models.json``), ``gpu`` (a key or alias of ``data/gpu_peaks.json``, or the name
+nvidia-smi prints, "NVIDIA H100 80GB HBM3"; ``gpu_reason``: why there is none), ``vendor``
 (default NVIDIA), ``precision`` (fp32/fp16/amp/bf16/fp8/mxfp8/nvfp4), ``global_batch``,
 ``seq_length``, ``world_size``. A fact the log prints (global batch) wins over the cell; a fact
 neither gives refuses the figure it needs, with the reason (``{"value": None, "reason": ...}``);
@@ -98,15 +99,38 @@ def resolve_gpu(name: str | None, vendor: str | None = "NVIDIA") -> tuple[str | 
     if not name:
         return None, "the cell names no GPU model"
     table = gpu_table()
-    want = name.strip().lower()
+    want = " ".join(name.split()).lower()
+    # nvidia-smi's ``name`` (CUDA's device name) starts with the vendor: "NVIDIA A100-SXM4-80GB"
+    wants = {want, want.removeprefix("nvidia ")}
     for key, row in table.items():
-        if want == key.lower() or want in (a.lower() for a in row.get("aliases", [])):
+        if wants & {key.lower(), *(a.lower() for a in row.get("aliases", []))}:
             return key, None
     return None, f"GPU {name!r} is not in the peak table (measure/data/gpu_peaks.json: {', '.join(table)})"
 
 
-def peak_tflops(gpu: str | None, precision: str, vendor: str | None = "NVIDIA") -> tuple[float | None, str]:
-    """(dense peak TFLOP/s, its source) or (None, why not)."""
+def trial_gpu(models: Mapping[str, str | None]) -> tuple[str | None, str | None]:
+    """The GPU model of a trial from what each of its nodes reported (nvidia-smi ``name``, env
+    capture; ``{node: name or None}``): (the name, None), or (None, why there is none)."""
+    seen = {n: " ".join(str(m).split()) for n, m in models.items() if m and str(m).strip() not in ("", "absent")}
+    if not models:
+        return None, "the trial recorded no nodes' GPU model (no environment capture)"
+    if not seen:
+        return None, "nvidia-smi reported no GPU model on the trial's nodes (environment capture: absent)"
+    names = sorted(set(seen.values()))
+    if len(names) > 1:
+        return None, "the trial's nodes report different GPU models: " + ", ".join(
+            f"{n}: {m}" for n, m in sorted(seen.items()))
+    missing = sorted(n for n in models if n not in seen)
+    if missing:
+        return None, f"nvidia-smi reported no GPU model on node(s) {', '.join(missing)} (the others: {names[0]})"
+    return names[0], None
+
+
+def peak_tflops(gpu: str | None, precision: str, vendor: str | None = "NVIDIA",
+                no_gpu_reason: str | None = None) -> tuple[float | None, str]:
+    """(dense peak TFLOP/s, its source) or (None, why not); ``no_gpu_reason``: why ``gpu`` is None."""
+    if not gpu and no_gpu_reason:
+        return None, no_gpu_reason
     key, why = resolve_gpu(gpu, vendor)
     if key is None:
         return None, why or "no GPU"
@@ -201,7 +225,7 @@ def _flops(out: dict, parsed: ParsedLog, framework: str, cell: Mapping, steps: l
 
 def _mfu(out: dict, parsed: ParsedLog, cell: Mapping, steps: list[int]) -> None:
     prec = cell.get("precision") or ""
-    peak, source = peak_tflops(cell.get("gpu"), prec, cell.get("vendor", "NVIDIA"))
+    peak, source = peak_tflops(cell.get("gpu"), prec, cell.get("vendor", "NVIDIA"), cell.get("gpu_reason"))
     tf = out["tflops_per_gpu"].get("value")
     if tf is None:
         out["mfu_pct"] = refused("no TFLOP/s per GPU: " + out["tflops_per_gpu"]["reason"])

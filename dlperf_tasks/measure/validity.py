@@ -295,7 +295,8 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
          runtime_status: TrialStatus | None = None, runtime_reason: str = "",
          log_paths: list[str] | None = None, nodes: list[str] | None = None,
          started_at: float | None = None, finished_at: float | None = None,
-         plausible_max_per_gpu: float | None = None, own_samples: bool = False) -> TrialResult:
+         plausible_max_per_gpu: float | None = None, own_samples: bool = False,
+         gpu_models: Mapping[str, str | None] | None = None) -> TrialResult:
     """Check one trial and compute its metric.
 
     ``window`` defaults to the cell's window. ``runtime_status`` is what the runner saw
@@ -303,7 +304,8 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
     with the log problems appended to the reason. ``plausible_max_per_gpu``: the suite's bound
     (None: the framework's default ``Framework.plausible_max_per_gpu``). ``own_samples``: the
     caller hands ``parsed`` over and never reads it again, so its samples become the result's
-    as they are (else the result gets a copy).
+    as they are (else the result gets a copy). ``gpu_models``: ``{node: nvidia-smi GPU name}`` of
+    the trial's nodes (the LLM figures' MFU needs it).
     """
     cell = trial.cell
     window = window or cell.window
@@ -323,7 +325,7 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
             reasons.append(f"speed rule failed: {type(exc).__name__}: {exc}")
     if metric is not None and framework.llm_name:
         try:
-            llm_result.attach(framework.llm_name, cell, parsed, window, metric)
+            llm_result.attach(framework.llm_name, cell, parsed, window, metric, gpu_models)
         except Exception as exc:  # the figures beside the metric must not take the trial down
             metric.details["llm"] = {"error": f"{type(exc).__name__}: {exc}"}
     bound = plausible_max_per_gpu if plausible_max_per_gpu is not None else framework.plausible_max_per_gpu

@@ -40,6 +40,8 @@ class NodeFacts:
     nvidia_runtime: bool = False
     infiniband: bool = False
     image_digest: str | None = None
+    #: the GPU model nvidia-smi names on the node (``--query-gpu=name``; env capture), None when unknown
+    gpu_model: str | None = None
     pulled: bool = False
     #: suite flags the node's container runtime refuses with "operation not permitted" (e.g. ``--privileged``
     #: or ``--ulimit memlock=-1`` inside an unprivileged sandbox); dropped on that node and noted

@@ -1,4 +1,5 @@
-"""Environment capture per node: GPU model/driver/clocks and ``nvidia-smi topo -m`` on the host,
+"""Environment capture per node: GPU model/driver/clocks and ``nvidia-smi topo -m`` on the host
+(the GPU model also goes into the node's facts, so each trial records the model it ran on),
 CUDA/cuDNN/NCCL versions inside the image, the image digest, and (from multi-node logs) the
 NCCL transport (``NET/IB``, ``NET/Socket``, ``P2P``, ``SHM``) from ``NCCL_DEBUG=INFO`` lines.
 
@@ -20,9 +21,9 @@ from dlperf_tasks.remote.ssh import SSHPool
 ABSENT = "absent"
 
 HOST_SCRIPT = r"""
-if command -v nvidia-smi >/dev/null 2>&1; then
-  echo "@@gpus"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,memory.total --format=csv,noheader 2>&1
-  echo "@@topo"; nvidia-smi topo -m 2>&1
+if command -v "$SMI" >/dev/null 2>&1; then
+  echo "@@gpus"; "$SMI" --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,memory.total --format=csv,noheader 2>&1
+  echo "@@topo"; "$SMI" topo -m 2>&1
 else
   echo "@@gpus"; echo absent; echo "@@topo"; echo absent
 fi
@@ -54,6 +55,19 @@ def _sections(text: str) -> dict[str, str]:
     return {k: (v.strip() or ABSENT) for k, v in out.items()}
 
 
+def host_command(nvidia_smi: str = "nvidia-smi") -> str:
+    """The host probe (:data:`HOST_SCRIPT`) with ``nvidia_smi`` as the tool to run."""
+    return "SMI=" + shlex.quote(nvidia_smi) + " sh -c " + shlex.quote(HOST_SCRIPT)
+
+
+def gpu_model(gpus: list[dict[str, str]] | str) -> str:
+    """The node's GPU model: the one name nvidia-smi gave every GPU; several names: ``mixed: a, b``."""
+    if not isinstance(gpus, list) or not gpus:
+        return ABSENT
+    names = sorted({g["model"] for g in gpus if g.get("model")})
+    return names[0] if len(names) == 1 else ("mixed: " + ", ".join(names) if names else ABSENT)
+
+
 def _gpus(text: str) -> list[dict[str, str]] | str:
     if text == ABSENT:
         return ABSENT
@@ -72,14 +86,19 @@ def image_probe_command(runtime: HostRuntime) -> str:
     return "sh -c " + shlex.quote(IMAGE_SCRIPT)
 
 
-def capture_node(pool: SSHPool, node: str, runtime: HostRuntime, facts: NodeFacts | None = None) -> dict[str, Any]:
-    host = _sections(pool.run(node, "sh -c " + shlex.quote(HOST_SCRIPT), timeout=60).stdout)
+def capture_node(pool: SSHPool, node: str, runtime: HostRuntime, facts: NodeFacts | None = None,
+                 nvidia_smi: str = "nvidia-smi") -> dict[str, Any]:
+    """One node's environment; its GPU model also goes into ``facts`` (each trial records it)."""
+    host = _sections(pool.run(node, host_command(nvidia_smi), timeout=60).stdout)
     res = pool.run(node, image_probe_command(runtime), timeout=300)
     image = _sections(res.stdout) if res.rc == 0 else {"error": f"image probe failed (exit {res.rc})"}
     gpus = _gpus(host.get("gpus", ABSENT))
+    model = gpu_model(gpus)
+    if facts is not None:
+        facts.gpu_model = model if model != ABSENT else None
     return {
         "gpus": gpus,
-        "gpu_model": gpus[0]["model"] if isinstance(gpus, list) and gpus else ABSENT,
+        "gpu_model": model,
         "driver": gpus[0]["driver"] if isinstance(gpus, list) and gpus else ABSENT,
         "topo": host.get("topo", ABSENT),
         "kernel": host.get("kernel", ABSENT),
@@ -99,13 +118,13 @@ def capture_node(pool: SSHPool, node: str, runtime: HostRuntime, facts: NodeFact
 
 
 def capture(pool: SSHPool, nodes: list[str], runtime: HostRuntime, facts: dict[str, NodeFacts] | None = None,
-            upstream_commit: str | None = None) -> dict[str, Any]:
+            upstream_commit: str | None = None, nvidia_smi: str = "nvidia-smi") -> dict[str, Any]:
     """``{"nodes": {name: {...}}, "upstream_commit": ..., "image": ...}`` captured in parallel.
     A node that fails is recorded with its error (the sweep decides whether that matters)."""
 
     def one(n: str) -> tuple[str, dict[str, Any]]:
         try:
-            return n, capture_node(pool, n, runtime, (facts or {}).get(n))
+            return n, capture_node(pool, n, runtime, (facts or {}).get(n), nvidia_smi)
         except RemoteError as exc:
             return n, {"error": str(exc)}
 

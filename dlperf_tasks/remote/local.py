@@ -49,10 +49,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def gpu_model(nvidia_smi: str = "nvidia-smi") -> str | None:
+    """The GPU model nvidia-smi names on this machine (``--query-gpu=name``), None without one;
+    several different models: ``mixed: a, b`` (the MFU is refused for it)."""
+    try:
+        res = subprocess.run([nvidia_smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = sorted({line.strip() for line in res.stdout.splitlines() if line.strip()}) if res.returncode == 0 else []
+    return (names[0] if len(names) == 1 else "mixed: " + ", ".join(names)) if names else None
+
+
 def environment() -> dict[str, Any]:
     """Environment capture of this machine (no IPs, no user names)."""
     env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(terse=True),
-                           "cpu_count": os.cpu_count(), "runtime": "local"}
+                           "cpu_count": os.cpu_count(), "runtime": "local", "gpu_model": gpu_model() or "absent"}
     try:
         import torch
 
@@ -187,9 +199,13 @@ def run_trial(trial: Trial, framework: Framework, launcher: Mapping, run_dir: st
     # stopped or not, whatever is left of the trial (ranks a launcher left behind) goes
     stop(trial.key)
     codes = {nodes[r].name: p.returncode for (r, _), p in zip(specs, procs)}
-    return gate_run_logs(trial, run_dir, exit_codes=codes, runtime_status=status, runtime_reason=reason,
-                         nodes=[n.name for n in nodes], started_at=started, finished_at=time.time(),
-                         plausible_max_per_gpu=plausible_max_per_gpu)
+    model = gpu_model() if framework.llm_name else None  # the MFU's GPU (this machine's)
+    res = gate_run_logs(trial, run_dir, exit_codes=codes, runtime_status=status, runtime_reason=reason,
+                        nodes=[n.name for n in nodes], started_at=started, finished_at=time.time(),
+                        plausible_max_per_gpu=plausible_max_per_gpu, gpu_models={n.name: model for n in nodes})
+    if framework.llm_name:
+        res.node_env = {n.name: {"gpu_model": model, "image_digest": None} for n in nodes}
+    return res
 
 
 def _iterations(framework: Framework, log: Path) -> int:

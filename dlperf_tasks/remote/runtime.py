@@ -70,6 +70,9 @@ class HostRuntime:
     def mpi_helpers(self, *a, **kw) -> list[str]:
         return []
 
+    def verify_digest(self, pool: SSHPool, nodes: list[str], facts: Mapping[str, NodeFacts]) -> None:
+        """No image on the host runtime: nothing to verify."""
+
     def cleanup(self, pool: SSHPool, node: str, run_id: str, trial_key: str | None = None) -> str:
         return ""
 
@@ -86,6 +89,10 @@ class HostRuntime:
         out = _sections(pool.run(node, self.finish_command(run_id, trial_key, node, extra), timeout=120).stdout)
         return ([f"container {c}" for c in out.get("containers", [])]
                 + [f"process {p}" for p in out.get("procs", [])])
+
+
+class DigestMismatch(RemoteError):
+    """A node holds another image than the digest the catalog pins: the trial is refused."""
 
 
 def _tag(image: str) -> str:
@@ -147,6 +154,26 @@ class DockerRuntime(HostRuntime):
         if got != self.pinned_digest:
             raise RemoteError(f"node {node}: image {self.image} has digest {got or '(none)'}, the catalog pins "
                               f"{self.pinned_digest}: trial refused (a retagged or rebuilt image)", node=node)
+
+    def verify_digest(self, pool: SSHPool, nodes: list[str], facts: Mapping[str, NodeFacts]) -> None:
+        """At a trial's start: the digest of the image each node holds now goes into its facts (the
+        trial records it); a node whose image is not the pinned digest refuses the trial
+        (:class:`DigestMismatch`). Without a pinned digest nothing is asked."""
+        if not self.pinned_digest:
+            return
+
+        def one(node: str) -> None:
+            res = pool.run(node, image_inspect_command(self.image), timeout=60)
+            seen = parse_digest(res.stdout, self.image) if res.rc == 0 else None
+            if node in facts:
+                facts[node].image_digest = seen
+            try:
+                self.check_pinned(node, seen)
+            except RemoteError as exc:
+                raise DigestMismatch(str(exc), node=node) from None
+
+        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as ex:
+            list(ex.map(one, nodes))
 
     def probe_flags(self, pool: SSHPool, node: str, facts: NodeFacts) -> None:
         """Start a throwaway container per optional suite flag (ulimits, caps, devices, privileged); a flag the

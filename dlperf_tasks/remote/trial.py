@@ -39,7 +39,8 @@ from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.remote import jobpoll
 from dlperf_tasks.remote.inventory import Cluster
 from dlperf_tasks.remote.trialdocs import TrialState, Verdict
-from dlperf_tasks.remote.runtime import DockerRuntime, HostRuntime, NodeFacts, make_runtime, safe_name
+from dlperf_tasks.remote.runtime import (DigestMismatch, DockerRuntime, HostRuntime, NodeFacts, make_runtime,
+                                         safe_name)
 from dlperf_tasks.remote.ssh import SSHPool
 from dlperf_tasks.remote.trialnodes import (LAUNCH_EXIT_CODES, VANISHED, LaunchError, NodeRun, cleanup, collect,
                                             parallel, start_mpi_helper, start_node_job)
@@ -171,7 +172,8 @@ class _TrialRun:
         cleanup(self.pool, self.runtime, self.runs, self.run_id, self.trial, kill_grace_s, self.notes)
         collect(self.pool, self.runs, self.notes)
 
-    def gate(self, status: TrialStatus | None, reason: str, started: float) -> TrialResult:
+    def gate(self, status: TrialStatus | None, reason: str, started: float,
+             gpu_models: Mapping[str, str | None] | None = None) -> TrialResult:
         launch_failed = [nr for nr in self.runs if nr.exit_code in LAUNCH_EXIT_CODES or nr.exit_code == VANISHED]
         if launch_failed and status in (None, TrialStatus.NONZERO_EXIT) and self.max_iteration() == 0:
             status = TrialStatus.LAUNCH_FAILED
@@ -188,7 +190,7 @@ class _TrialRun:
             runtime_status, runtime_reason = status, reason
         result = gate_run_logs(self.trial, self.out, exit_codes=exit_codes, runtime_status=runtime_status,
                                runtime_reason=runtime_reason, nodes=self.node_names, started_at=started,
-                               finished_at=time.time(),
+                               finished_at=time.time(), gpu_models=gpu_models,
                                plausible_max_per_gpu=(getattr(self.suite, "extra", None) or {}).get(
                                    "plausible_max_per_gpu"))
         if status == TrialStatus.NONZERO_EXIT and result.status == TrialStatus.OK:  # pragma: no cover - defensive
@@ -227,7 +229,13 @@ def start_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, ru
     try:
         if facts is None:
             facts = HostRuntime.prepare(runtime, pool, list(node_names))
+        try:
+            runtime.verify_digest(pool, list(node_names), facts)  # the image each node holds now
+        finally:
+            state["node_env"] = node_env(facts, node_names)
         tr.build_commands(facts)
+    except DigestMismatch as exc:  # another image than the catalog pins: refused, nothing started
+        state["failed"] = {"status": TrialStatus.LAUNCH_FAILED.value, "reason": str(exc)}
     except RemoteError as exc:
         state["failed"] = {"status": TrialStatus.NODE_UNREACHABLE.value, "reason": str(exc)}
     except LaunchGuardError as exc:  # the command would not train the cell: refused before any GPU time
@@ -254,6 +262,13 @@ def start_trial(cluster: Cluster, node_names: list[str], trial: Trial, suite, ru
     return state
 
 
+def node_env(facts: Mapping[str, NodeFacts], node_names: list[str]) -> dict[str, dict[str, str | None]]:
+    """What each node of the trial runs it with (its record's ``node_env``): the GPU model
+    nvidia-smi named there and the image digest the node holds."""
+    return {n: {"gpu_model": getattr(facts.get(n), "gpu_model", None),
+                "image_digest": getattr(facts.get(n), "image_digest", None)} for n in node_names}
+
+
 def _resume(cluster: Cluster, state: TrialState, suite, out_dir, pool, runtime, progress) -> _TrialRun:
     trial = Trial.from_dict(state["trial"])
     tr = _TrialRun(cluster, state["nodes"], trial, suite, state["run_id"], Path(out_dir), pool, runtime,
@@ -277,9 +292,11 @@ def finish_trial(cluster: Cluster, state: TrialState, verdict: Verdict | None, s
     kill_grace_s, progress = w.kill_grace_s, w.progress
     trial = Trial.from_dict(state["trial"])
     failed = state.get("failed")
+    env = dict(state.get("node_env") or {})
     if failed and not (state.get("watch") or {}).get("jobs") and not state.get("ranks"):
         return TrialResult(trial=trial, status=TrialStatus(failed["status"]), reason=failed["reason"],
-                           nodes=list(state["nodes"]), started_at=state["started"], finished_at=time.time())
+                           nodes=list(state["nodes"]), started_at=state["started"], finished_at=time.time(),
+                           node_env=env)
     tr = _resume(cluster, state, suite, out_dir, pool, runtime, progress)
     if failed:
         status, reason = TrialStatus(failed["status"]), failed["reason"]
@@ -288,7 +305,8 @@ def finish_trial(cluster: Cluster, state: TrialState, verdict: Verdict | None, s
     tr.finish(kill_grace_s)
     if status == TrialStatus.NOT_RUN:
         raise _Stopped(reason)
-    res = tr.gate(status, reason, state["started"])
+    res = tr.gate(status, reason, state["started"], {n: e.get("gpu_model") for n, e in env.items()})
+    res.node_env = env
     lost = jobpoll.lost_lease_reason((verdict or {}).get("watch") or state.get("watch"))  # trigger's, or ours
     if lost and res.status == TrialStatus.OK:
         res.status, res.reason = TrialStatus.INVALID_LOG, lost

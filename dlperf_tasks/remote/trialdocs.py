@@ -29,7 +29,7 @@ class Verdict(TypedDict, total=False):
 class TrialState(TypedDict, total=False):
     """A started trial: the trial (``Trial.to_dict``), run id, nodes in rank order, attempt, start
     time, ranks started, the jobs' watch (``JobsWatch.to_dict``; None when nothing started),
-    ``failed`` when it could not start, the nodes found unreachable, and what the engine adds:
+    ``failed`` when it could not start, the nodes found unreachable, each node's GPU model and image digest (``node_env``), and what the engine adds:
     the telemetry sampler's document, the node leases and the image. A start that found no free
     nodes returns only ``waiting`` (why)."""
 
@@ -46,3 +46,4 @@ class TrialState(TypedDict, total=False):
     leases: list[dict[str, Any]]
     image: str | None
     waiting: str
+    node_env: dict[str, dict[str, str | None]]

@@ -140,6 +140,7 @@ def trial_to_dict(r: TrialResult, samples_of: Callable[[TrialResult], Any] | Non
         "logs": list(r.log_paths),
         "started_at": r.started_at,
         "finished_at": r.finished_at,
+        **({"node_env": {n: dict(e) for n, e in r.node_env.items()}} if r.node_env else {}),
     }
 
 
@@ -179,7 +180,8 @@ def trial_from_dict(cell: Cell, d: Mapping[str, Any]) -> TrialResult:
         trial=Trial(cell, int(d["index"])), status=status, reason=reason,
         metric=metric, samples=samples, log_paths=list(d.get("logs") or ([d["log"]] if d.get("log") else [])),
         nodes=list(d.get("node_names", [])), exit_codes=dict(d.get("exit_codes", {})),
-        started_at=d.get("started_at"), finished_at=d.get("finished_at"))
+        started_at=d.get("started_at"), finished_at=d.get("finished_at"),
+        node_env={str(n): dict(e) for n, e in (d.get("node_env") or {}).items() if isinstance(e, Mapping)})
 
 
 TRIAL_RECORD_VERSION = 1
@@ -211,6 +213,13 @@ def trials_from_result(result: Mapping[str, Any]) -> list[TrialResult]:
     return out
 
 
+def _unit(st: CellStats) -> str:
+    """The cell's speed unit: the one its valid trials' metrics name (an LLM cell: the job's
+    ``tokens/s``), else the metric kind's."""
+    units = {(t.metric.details or {}).get("unit") for t in st.trials if t.valid and t.metric is not None}
+    return units.pop() if len(units) == 1 and None not in units else st.unit
+
+
 def cell_to_dict(st: CellStats, samples_of: Callable[[TrialResult], Any] | None = None) -> dict[str, Any]:
     c = st.cell
     return {
@@ -228,7 +237,7 @@ def cell_to_dict(st: CellStats, samples_of: Callable[[TrialResult], Any] | None 
         "layout_case": c.layout.case if c.layout else None,
         "layout_group": c.layout.group if c.layout else None,
         "metric_kind": st.metric_kind.value,
-        "unit": st.unit,
+        "unit": _unit(st),
         "median_speed": st.median,
         "average_speed": st.average,
         "min": st.min,

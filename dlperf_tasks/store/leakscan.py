@@ -156,6 +156,15 @@ _CRED_HINTS = ("://", "login", "--pass", "--token", "bearer", "basic", "akia", "
                "credential", "auth")
 
 
+def _git_ref(tok: str) -> bool:
+    """``owner/repo@<commit>[:path]`` or ``dir/file@<commit>``: a source named at a git commit (7 to
+    40 hex digits after a path with a ``/``), as the data files name their sources; not user@host."""
+    left, _, right = tok.partition("@")
+    commit = right.split(":", 1)[0].rstrip(".,;)")
+    return ("/" in left and 7 <= len(commit) <= 40
+            and all(c in "0123456789abcdef" for c in commit.lower()))
+
+
 def _credential(tokens: list[str], line: str) -> tuple[str, str] | None:
     low = line.lower()
     if not any(h in low for h in _CRED_HINTS):
@@ -281,7 +290,7 @@ class LeakScanner:
                 user = tok.split(home, 1)[1].split("/", 1)[0]
                 if user and not _is_placeholder_word(user):
                     return "user name in a home directory", home + user
-        if "@" in tok and "://" not in tok:
+        if "@" in tok and "://" not in tok and not _git_ref(tok):
             user, _, host = tok.partition("@")
             user = user.rsplit("/", 1)[-1]
             if user and host and user[0].isalpha() and not host.lower().startswith("sha") \

@@ -54,8 +54,8 @@ CRED_RES = [
     re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://(?P<c>[^/\s:@'\"]+:(?![0-9]*/)[^\s@'\"]+)@"),
     # scheme://token@ (a bare key as user info)
     re.compile(r"(?i)\b(?:s3|oss|gs|https?|ftp|redis|postgres(?:ql)?|mysql|amqp)://(?P<c>[^/\s:@'\"]{12,})@"),
-    # KEY_NAME=value, "key_name": "value", key-name: value
-    re.compile(rf"(?i){_SECRET_WORDS}(?![A-Za-z0-9])[\"']?[ \t]*[=:][ \t]*[\"']?(?P<c>[^\s\"',;&<>]+)"),
+    # KEY_NAME=value, "key_name": "value", key-name: value (not a unit such as "energy_j_per_token")
+    re.compile(rf"(?i)(?<!per_){_SECRET_WORDS}(?![A-Za-z0-9])[\"']?[ \t]*[=:][ \t]*[\"']?(?P<c>[^\s\"',;&<>]+)"),
     # docker login -p X / --password X / --password=X
     re.compile(r"(?i)\blogin\b[^\n]*?\s(?:-p|--password)(?:\s+|=)['\"]?(?P<c>[^\s'\"]+)"),
     # generic --password / --token flags of any tool
