@@ -87,6 +87,20 @@ def poll_command(ids) -> str:
             f"sacct -X -n -P -j {joined} -o {SACCT_FIELDS}")
 
 
+def own_jobs_command() -> str:
+    """Every job of the login user still in the queue: ``<id>|<name>`` per line."""
+    return "squeue -h -u \"$(id -un)\" -o '%i|%j'"
+
+
+def parse_own_jobs(stdout: str) -> list[tuple[str, str]]:
+    out = []
+    for line in stdout.splitlines():
+        job_id, _, name = line.strip().partition("|")
+        if _JOB_ID.match(job_id):
+            out.append((job_id, name))
+    return out
+
+
 def cancel_command(ids) -> str:
     return "scancel " + " ".join(check_job_ids(ids)) if ids else "true"
 
