@@ -16,6 +16,7 @@ service's quarantined nodes join ``--exclude``.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -195,8 +196,14 @@ def finish(state: Mapping[str, Any], event: Mapping[str, Any], rd: RunDir, setti
     cluster = slurm_cluster(settings)
     with SSHPool(cluster.login_cluster()) as pool:
         try:
-            return slurm_trial.gate_job(pool, job["login"], job["log_dir"], trial, st, Path(rd.path),
-                                        float(job.get("submitted_at") or time.time()))
+            res = slurm_trial.gate_job(pool, job["login"], job["log_dir"], trial, st, Path(rd.path),
+                                       float(job.get("submitted_at") or time.time()))
+            if st.state == "NODE_FAIL" and st.nodes:  # which of the job's nodes Slurm reports down
+                bad = slurm_jobs.unavailable_nodes(pool.run(job["login"], slurm_jobs.node_states_command(st.nodes),
+                                                            timeout=60).stdout)
+                if bad:
+                    res = dataclasses.replace(res, reason=f"{res.reason}; Slurm reports {'; '.join(bad)}")
+            return res
         except RemoteError as exc:
             raise Retriable(f"trial {trial.id}: collecting the logs of Slurm job {st.job_id}: {exc}") from None
 

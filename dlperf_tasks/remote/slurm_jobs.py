@@ -101,6 +101,26 @@ def parse_own_jobs(stdout: str) -> list[tuple[str, str]]:
     return out
 
 
+def node_states_command(nodes: str) -> str:
+    """sinfo's state and reason of the nodes of a Slurm node list (``node[1-2]``): ``<node>|<state>|<reason>``."""
+    if not re.match(r"^[A-Za-z0-9_.,\[\]-]{1,2000}$", nodes):
+        raise RemoteError(f"slurm: {nodes[:100]!r} is not a node list")
+    return f"sinfo -h -N -n {shlex.quote(nodes)} -o '%N|%T|%E'"
+
+
+def unavailable_nodes(stdout: str) -> list[str]:
+    """``node3 is down* (Not responding)`` for each row of :func:`node_states_command` whose node Slurm
+    reports down, drained, failing or not responding (``*``)."""
+    out = []
+    for line in stdout.splitlines():
+        name, state, reason = (line.strip().split("|") + ["", "", ""])[:3]
+        if name and (state.endswith("*") or any(b in state.lower() for b in ("down", "drain", "fail"))):
+            text = f"{name} is {state}" + (f" ({reason})" if reason and reason != "none" else "")
+            if text not in out:
+                out.append(text)
+    return out
+
+
 def cancel_command(ids) -> str:
     return "scancel " + " ".join(check_job_ids(ids)) if ids else "true"
 

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dlperf_tasks.store.quarantine import Quarantine
+
 from tests.integration.dag_cluster_helpers import build_pytorch_dag, cluster_settings, site_catalog, state, task_states
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slurm, pytest.mark.airflow]
@@ -44,6 +46,10 @@ def _run_jobs(c, work: Path) -> list[dict]:
     return [j for j in c.jobs() if runs and j["name"].startswith(f"dlperf.{runs[0]}.")]
 
 
+def _running(c, work: Path) -> list[dict]:
+    return _when(lambda: [j for j in _run_jobs(c, work) if j["state"] == "RUNNING"], 120, "a running job of the run")
+
+
 def _when(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -55,12 +61,14 @@ def _when(predicate, timeout: float, what: str):
 
 
 def test_dag_runs_every_trial_as_a_slurm_job_and_writes_the_usual_results(airflow_db, slurm_cluster_clean, sim_cluster,
-                                                                          tmp_path, monkeypatch):
+                                                                          tmp_path, monkeypatch, caplog):
     c = slurm_cluster_clean
     speeds = {"1n1g": 100.0, "2n1g": 190.0}
     monkeypatch.setenv("DLPERF_CATALOG_PATH", str(site_catalog(tmp_path / "catalog", "pytorch-bert", speeds)))
-    dag = build_pytorch_dag(_settings(c.yaml_path, tmp_path))
-    dr = dag.test(run_conf={**CONF, "topologies": list(speeds)})
+    cfg = _settings(c.yaml_path, tmp_path)
+    Quarantine.for_settings(cfg).add("node1", ["test: a quarantined node becomes --exclude"])
+    caplog.set_level(logging.INFO)
+    dr = build_pytorch_dag(cfg).test(run_conf={**CONF, "topologies": list(speeds)})
     states = task_states(dr)
     records = _records(tmp_path / "work")
     assert state(dr) == "success", (states, [r["trial"].get("reason") for r in records])
@@ -74,6 +82,9 @@ def test_dag_runs_every_trial_as_a_slurm_job_and_writes_the_usual_results(airflo
         assert t["status"] == "OK" and len(t["exit_codes"]) == 1, t
         (name, code), = t["exit_codes"].items()
         assert name.startswith("job ") and code == 0 and t["node_names"][0].startswith("node"), t
+        hosts = c.run("scontrol", "show", "hostnames", t["node_names"][0]).stdout.split()
+        assert len(hosts) == int(rec["cell"]["topology"][0]) and "node1" not in hosts, hosts
+    assert "--exclude=node1" in caplog.text and " ran " in caplog.text, caplog.text[-3000:]
     assert list((tmp_path / "store").rglob("manifest.json")), "nothing published"
     assert c.jobs() == []
 
@@ -89,7 +100,7 @@ def test_killing_a_deferred_trial_task_scancels_its_job(airflow_db, slurm_cluste
 
     def watcher() -> None:
         try:
-            seen["job"] = _when(lambda: [j for j in _run_jobs(c, work) if j["state"] == "RUNNING"], 120, "a running job")
+            seen["job"] = _running(c, work)
             seen["killed_at"] = time.monotonic()
             os.kill(os.getpid(), signal.SIGTERM)  # what the supervisor does to a killed task
             _when(lambda: not _run_jobs(c, work), 60, "the job to leave squeue")
@@ -163,7 +174,7 @@ def test_a_node_dying_mid_trial_makes_the_trial_invalid_with_node_fail(airflow_d
 
     def kill() -> None:
         try:
-            job = _when(lambda: [j for j in _run_jobs(c, work) if j["state"] == "RUNNING"], 120, "a running job")[0]
+            job = _running(c, work)[0]
             killed["node"] = "node2" if "2" in job["nodes"] else job["nodes"].split(",")[-1]
             c.kill_slurmd(killed["node"])
         except AssertionError as exc:
@@ -182,4 +193,5 @@ def test_a_node_dying_mid_trial_makes_the_trial_invalid_with_node_fail(airflow_d
     assert len(recs) == 1, task_states(dr)
     t = recs[0]["trial"]
     assert t["status"] == "NODE_UNREACHABLE" and "NODE_FAIL" in t["reason"], t
+    assert f"Slurm reports {killed['node']} is " in t["reason"], t["reason"]
     _when(lambda: not c.jobs(), 60, "the failed job's epilog")  # runs once the dead node's slurmd is back

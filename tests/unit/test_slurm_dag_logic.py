@@ -110,3 +110,11 @@ def test_plan_fit_on_slurm_bounds_gpus_per_node_and_leaves_node_counts_to_slurm(
     check_fits([Topology.parse("16n8g")], settings, _slurm(8))
     with pytest.raises(NonRetriable, match="2n16g needs 16 GPUs per node; Slurm cluster cluster has slurm.gpus_per_node 8"):
         check_fits([Topology.parse("2n16g")], settings, _slurm(8))
+
+
+def test_the_nodes_slurm_reports_down_are_named():
+    rows = "node2|idle|none\nnode3|down*|Not responding\nnode3|down*|Not responding\nnode4|drained|bad gpu\n"
+    assert slurm_jobs.unavailable_nodes(rows) == ["node3 is down* (Not responding)", "node4 is drained (bad gpu)"]
+    assert slurm_jobs.node_states_command("node[2-3]") == "sinfo -h -N -n 'node[2-3]' -o '%N|%T|%E'"
+    with pytest.raises(Exception, match="not a node list"):
+        slurm_jobs.node_states_command("node1; reboot")
