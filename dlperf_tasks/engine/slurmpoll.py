@@ -36,16 +36,18 @@ class RunPoller:
         self._tick = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.key: tuple[Any, ...] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def shared(cls, key: tuple[Any, ...], make_pool: Callable[[], Any], login: str, poll_s: float,
                **kw: Any) -> "RunPoller":
-        """The poller of ``key`` (cluster file, run id) in the running event loop, made when first asked."""
-        k = (*key, id(asyncio.get_running_loop()))
-        poller = _POLLERS.get(k)
-        if poller is None:
-            poller = _POLLERS[k] = cls(make_pool, login, poll_s, **kw)
-            poller.key = k
+        """The poller of ``key`` (cluster file, run id) in the running event loop, made when first asked
+        (a test harness may run each trigger in an event loop of its own: a poller never crosses loops)."""
+        loop = asyncio.get_running_loop()
+        poller = _POLLERS.get(key)
+        if poller is None or poller.loop is not loop:  # one from a loop that has ended is dropped
+            poller = _POLLERS[key] = cls(make_pool, login, poll_s, **kw)
+            poller.key, poller.loop = key, loop
         poller.poll_s = min(poller.poll_s, poll_s)
         return poller
 

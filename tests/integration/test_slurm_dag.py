@@ -61,7 +61,7 @@ def _when(predicate, timeout: float, what: str):
 
 
 def test_dag_runs_every_trial_as_a_slurm_job_and_writes_the_usual_results(airflow_db, slurm_cluster_clean, sim_cluster,
-                                                                          tmp_path, monkeypatch, caplog):
+                                                                          tmp_path, monkeypatch, caplog, capfd):
     c = slurm_cluster_clean
     speeds = {"1n1g": 100.0, "2n1g": 190.0}
     monkeypatch.setenv("DLPERF_CATALOG_PATH", str(site_catalog(tmp_path / "catalog", "pytorch-bert", speeds)))
@@ -84,7 +84,9 @@ def test_dag_runs_every_trial_as_a_slurm_job_and_writes_the_usual_results(airflo
         assert name.startswith("job ") and code == 0 and t["node_names"][0].startswith("node"), t
         hosts = c.run("scontrol", "show", "hostnames", t["node_names"][0]).stdout.split()
         assert len(hosts) == int(rec["cell"]["topology"][0]) and "node1" not in hosts, hosts
-    assert "--exclude=node1" in caplog.text and " ran " in caplog.text, caplog.text[-3000:]
+    out, err = capfd.readouterr()
+    text = caplog.text + out + err
+    assert "--exclude=node1" in text and " ran " in text, text[-3000:]
     assert list((tmp_path / "store").rglob("manifest.json")), "nothing published"
     assert c.jobs() == []
 
@@ -125,7 +127,7 @@ def test_killing_a_deferred_trial_task_scancels_its_job(airflow_db, slurm_cluste
 
 
 def test_busy_partition_the_pending_reason_is_logged_then_the_job_runs(airflow_db, slurm_cluster_clean, sim_cluster,
-                                                                       tmp_path, monkeypatch, caplog):
+                                                                       tmp_path, monkeypatch, caplog, capfd):
     c = slurm_cluster_clean
     data = yaml.safe_load(Path(c.yaml_path).read_text())
     data["slurm"]["partition"] = c.small_partition  # node1 only
@@ -156,7 +158,8 @@ def test_busy_partition_the_pending_reason_is_logged_then_the_job_runs(airflow_d
     th.join(timeout=30)
     assert "error" not in released, released
     assert state(dr) == "success", task_states(dr)
-    text = caplog.text
+    out, err = capfd.readouterr()
+    text = caplog.text + out + err
     job_id = released["job"][0]["id"]
     assert f"Slurm job {job_id}: pending (" in text, text[-3000:]
     assert f"Slurm job {job_id}: queued " in text and " ran " in text, text[-3000:]
@@ -195,3 +198,32 @@ def test_a_node_dying_mid_trial_makes_the_trial_invalid_with_node_fail(airflow_d
     assert t["status"] == "NODE_UNREACHABLE" and "NODE_FAIL" in t["reason"], t
     assert f"Slurm reports {killed['node']} is " in t["reason"], t["reason"]
     _when(lambda: not c.jobs(), 60, "the failed job's epilog")  # runs once the dead node's slurmd is back
+
+
+def test_cleanup_scancels_every_job_of_the_run_and_no_other(slurm_cluster_clean, sim_cluster, tmp_path):
+    """What the DAG's cleanup teardown runs after a failed or cancelled run (engine-level, no Airflow):
+    the run's queued and running jobs are scancelled, a job of someone else stays."""
+    import dataclasses
+
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.core.model import Cell, Trial, Window
+    from dlperf_tasks.core.topology import Topology
+    from dlperf_tasks.engine import slurmitem
+    from dlperf_tasks.engine.rundir import RunDir
+
+    c = slurm_cluster_clean
+    cfg = _settings(c.yaml_path, tmp_path)
+    suite = dataclasses.replace(load_suite("pytorch-bert"), env={"DLPERF_STANDIN_TIME_SCALE": "50"}, env_multi_node={},
+                                window=Window(5, 20))
+    rd = RunDir.at(tmp_path / "run", "cleanup-run-1")
+    other = c.ssh(f"sbatch --parsable -p {c.partition} -A {c.account} --qos {c.qos} -N1 -J dlperf.cleanup-run-10.x "
+                  f"--wrap 'sleep 300'", check=True).stdout.strip()
+    started = []
+    for topo in ("4n1g", "1n1g"):  # the 4-node job pends behind `other`, the 1-node one runs
+        trial = Trial(Cell(suite.id, suite.framework, suite.model, "fp32", 32, Topology.parse(topo), window=suite.window), 1)
+        started.append(slurmitem.start(trial, suite, rd, cfg, image=None, attempt=1, emit=print)["slurm"]["job_id"])
+    _when(lambda: {j["id"] for j in c.jobs()} >= {*started, other}, 30, "the jobs in squeue")
+    cancelled, problems = slurmitem.cancel_run_jobs(cfg, [rd.run_id])
+    assert sorted(cancelled) == sorted(started) and problems == []
+    assert [j["id"] for j in c.jobs()] == [other]
+    c.ssh(f"scancel {other}", check=True)

@@ -118,3 +118,19 @@ def test_the_nodes_slurm_reports_down_are_named():
     assert slurm_jobs.node_states_command("node[2-3]") == "sinfo -h -N -n 'node[2-3]' -o '%N|%T|%E'"
     with pytest.raises(Exception, match="not a node list"):
         slurm_jobs.node_states_command("node1; reboot")
+
+
+def test_a_poller_never_crosses_event_loops():
+    """dag.test() runs each trigger in an event loop of its own: the second run must not reuse the first's."""
+    def poll(pool, login, ids):
+        return {i: JobState(i, "COMPLETED", source="sacct") for i in ids}
+
+    async def one(job_id):
+        poller = RunPoller.shared(("c.yaml", "run3"), _Pool, "login", 0.0, poll=poll)
+        async for st in poller.watch(job_id):
+            if st is not None:
+                return poller, st.state
+
+    first, _ = asyncio.run(one("1"))
+    second, state = asyncio.run(one("2"))
+    assert state == "COMPLETED" and second is not first
