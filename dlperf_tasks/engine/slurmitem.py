@@ -115,11 +115,14 @@ class JobProgress:
         """The progress line for this poll's state, when it changed (None otherwise)."""
         if st is None:
             return None
-        note = slurm_jobs.pending_note(st) + (f" on {st.nodes}" if st.state == "RUNNING" and st.nodes else "")
+        if st.state == "PENDING" and not st.reason:  # just submitted: the scheduler has not looked yet
+            note = "pending"
+        else:
+            note = slurm_jobs.pending_note(st) + (f" on {st.nodes}" if st.state == "RUNNING" and st.nodes else "")
         if note == self.last:
             return None
         self.last = note
-        if st.state == "PENDING" and note not in self.notes:
+        if st.state == "PENDING" and st.reason and note not in self.notes:
             self.notes.append(note)
         waited = time.time() - self.submitted_at
         return f"Slurm job {self.job_id}: {note} ({waited:.0f} s since submission)"

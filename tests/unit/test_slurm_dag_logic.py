@@ -72,6 +72,7 @@ def test_a_login_node_that_stays_unreachable_ends_the_watch():
 
 def test_progress_names_the_pending_reason_then_the_nodes_and_ends_with_sacct():
     p = JobProgress("42", submitted_at=None)
+    assert "Slurm job 42: pending (0 s" in p.update(JobState("42", "PENDING"))  # no reason yet: not kept
     assert "pending (Resources)" in p.update(JobState("42", "PENDING", reason="Resources"))
     assert p.update(JobState("42", "PENDING", reason="Resources")) is None  # unchanged: no line
     line = p.update(JobState("42", "PENDING", reason="ReqNodeNotAvail, UnavailableNodes:node3"))
