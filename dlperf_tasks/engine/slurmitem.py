@@ -17,6 +17,7 @@ service's quarantined nodes join ``--exclude``.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import threading
 import time
 from pathlib import Path
@@ -70,16 +71,27 @@ def unavailable_notes(cluster: SlurmCluster, pool, login: str) -> list[str]:
     return [f.text for f in partition_findings(cluster, pool, login) if f.field == "nodes" and f.ok]
 
 
+def _job(trial: Trial, suite, run_id: str, settings, *, image: str | None, attempt: int):
+    """The trial attempt's Slurm job (the one builder: ``slurm_trial.build_job``) and its options."""
+    cluster = slurm_cluster(settings)
+    opts = options_of(cluster.slurm, _quarantined(settings, trial))
+    image = cluster.resolve_image(image or (suite.container.image if suite.container else None))
+    job = slurm_trial.build_job(trial, suite, run_id, opts, image=image if suite.container else None,
+                                gpus_per_node=trial.cell.topology.gpus_per_node, attempt=attempt,
+                                telemetry=[gpu_loop_command()])
+    return cluster, opts, image, job
+
+
+def dry_run_lines(trial: Trial, suite, run_id: str, settings, *, image: str | None) -> list[str]:
+    """A DAG dry run's lines for one trial: its ``sbatch`` line and every ``srun`` line; nothing submitted."""
+    _, _, _, job = _job(trial, suite, run_id, settings, image=image, attempt=1)
+    return [f"sbatch: {shlex.join(job.sbatch_argv)}", *(f"srun: {line}" for line in job.srun_lines)]
+
+
 def start(trial: Trial, suite, rd: RunDir, settings, *, image: str | None, attempt: int,
           emit: Callable[[str], None]) -> dict[str, Any]:
     """Submit one trial attempt as a Slurm job; the started state (``slurm``: job id, log dir, login)."""
-    cluster = slurm_cluster(settings)
-    quarantined = _quarantined(settings, trial)
-    opts = options_of(cluster.slurm, quarantined)
-    image = cluster.resolve_image(image or (suite.container.image if suite.container else None))
-    job = slurm_trial.build_job(trial, suite, rd.run_id, opts, image=image if suite.container else None,
-                                gpus_per_node=trial.cell.topology.gpus_per_node, attempt=attempt,
-                                telemetry=[gpu_loop_command()])
+    cluster, opts, image, job = _job(trial, suite, rd.run_id, settings, image=image, attempt=attempt)
     login = cluster.login_names[0]
     with SSHPool(cluster.login_cluster()) as pool:
         try:

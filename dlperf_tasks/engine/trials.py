@@ -60,9 +60,13 @@ def _stop_key(run_id: str, trial_key: str) -> str:
 
 
 def dry_run_commands(item: TrialItem | Mapping[str, Any], settings) -> list[str]:
-    """The shell-quoted commands a trial would run on each node (shown by dry runs)."""
+    """The shell-quoted commands a trial would run on each node (shown by dry runs); on a Slurm cluster
+    its ``sbatch`` line and every ``srun`` line, as they would be submitted."""
     item = TrialItem.of(item)
     trial = item.trial
+    if slurmitem.is_slurm(settings):
+        return slurmitem.dry_run_lines(trial, load_suite(item.suite, settings.catalog_path), item.run_id, settings,
+                                       image=item.image)
     _, specs = launch_specs(trial, get(trial.cell.framework), load_suite(item.suite, settings.catalog_path).launcher)
     return [spec.shell() for _, spec in specs]
 

@@ -135,3 +135,27 @@ def test_a_poller_never_crosses_event_loops():
     first, _ = asyncio.run(one("1"))
     second, state = asyncio.run(one("2"))
     assert state == "COMPLETED" and second is not first
+
+
+def test_a_dag_dry_run_on_slurm_shows_the_sbatch_and_srun_lines_with_quarantined_nodes_excluded(tmp_path):
+    import yaml
+
+    from dlperf_tasks.airflow.settings import DlperfSettings
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.core.model import Cell, Trial
+    from dlperf_tasks.engine.slurmitem import dry_run_lines
+    from dlperf_tasks.store.quarantine import Quarantine
+
+    path = tmp_path / "slurm.yaml"
+    path.write_text(yaml.safe_dump({"name": "site", "scheduler": "slurm",
+                                    "login": {"host": "login1", "user": "u", "key_file": "/k"},
+                                    "slurm": {"partition": "gpu", "work_dir": "/shared", "gpus_per_node": 8}}))
+    cfg = DlperfSettings(cluster=str(path), store_url=f"file://{tmp_path / 'store'}", work_dir=str(tmp_path / "w"))
+    Quarantine.for_settings(cfg).add("node7", ["slow"])
+    suite = load_suite("pytorch-bert")
+    trial = Trial(Cell(suite.id, suite.framework, suite.model, "fp32", 32, Topology.parse("2n8g"),
+                       window=suite.window), 1)
+    lines = dry_run_lines(trial, suite, "run-x", cfg, image=None)
+    assert lines[0].startswith("sbatch: sbatch --parsable") and "--exclude=node7" in lines[0], lines[0]
+    assert "--partition=gpu" in lines[0] and "--nodes=2" in lines[0], lines[0]
+    assert any(line.startswith("srun: srun ") and "--container-image=" in line for line in lines[1:]), lines
