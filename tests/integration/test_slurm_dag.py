@@ -227,3 +227,60 @@ def test_cleanup_scancels_every_job_of_the_run_and_no_other(slurm_cluster_clean,
     assert sorted(cancelled) == sorted(started) and problems == []
     assert [j["id"] for j in c.jobs()] == [other]
     c.ssh(f"scancel {other}", check=True)
+
+
+def test_the_triggers_of_one_run_share_one_connection_and_one_poll_per_round(slurm_cluster_clean, sim_cluster,
+                                                                              tmp_path, monkeypatch):
+    """Two deferred trials of one run, their triggers in one event loop as in the triggerer: one SSH pool
+    for both, every round one squeue/sacct command for both jobs; each trigger fires with its job's end."""
+    import asyncio
+
+    from dlperf_tasks.airflow.slurm_trigger import SlurmJobTrigger
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.catalog.overrides import Overrides
+    from dlperf_tasks.catalog.plan import plan
+    from dlperf_tasks.engine import slurmitem, slurmpoll
+    from dlperf_tasks.engine.rundir import RunDir
+
+    c = slurm_cluster_clean
+    cfg = _settings(c.yaml_path, tmp_path)
+    monkeypatch.setenv("DLPERF_CATALOG_PATH", str(site_catalog(tmp_path / "catalog", "pytorch-bert",
+                                                                {"1n1g": 100.0, "2n1g": 190.0})))
+    suite = load_suite("pytorch-bert", [tmp_path / "catalog"])
+    rd = RunDir.at(tmp_path / "run", "shared-poll-run")
+    trials = [pt.trial for pt in plan(suite, Overrides(trials=1, batch_sizes=(32,), precisions=("fp32",))).trials]
+    states = [slurmitem.start(t, suite, rd, cfg, image=None, attempt=1, emit=print) for t in trials]
+    pools, seen_together = [], []
+    real_pool = SlurmJobTrigger._pool
+
+    def counted(self):
+        pools.append(1)
+        return real_pool(self)
+
+    monkeypatch.setattr(SlurmJobTrigger, "_pool", counted)
+
+    async def main():
+        async def first(trigger):
+            async for ev in trigger.run():
+                return ev.payload
+
+        async def sample():
+            while True:
+                p = slurmpoll._POLLERS.get((str(c.yaml_path), rd.run_id))
+                if p is not None:
+                    seen_together.append(len(p.jobs))
+                await asyncio.sleep(0.2)
+
+        sampler = asyncio.create_task(sample())
+        try:
+            return await asyncio.wait_for(asyncio.gather(
+                *(first(SlurmJobTrigger(str(c.yaml_path), s, poll_s=0.5)) for s in states)), 120)
+        finally:
+            sampler.cancel()
+
+    events = asyncio.run(main())
+    assert len(trials) == 2 and pools == [1]
+    assert max(seen_together) == 2
+    assert [e["job"]["state"] for e in events] == ["COMPLETED", "COMPLETED"], events
+    assert [e["job"]["job_id"] for e in events] == [s["slurm"]["job_id"] for s in states]
+    assert all(e["summary"].startswith(f"Slurm job {e['job']['job_id']}: queued ") for e in events)
