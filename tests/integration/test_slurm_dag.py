@@ -284,3 +284,18 @@ def test_the_triggers_of_one_run_share_one_connection_and_one_poll_per_round(slu
     assert [e["job"]["state"] for e in events] == ["COMPLETED", "COMPLETED"], events
     assert [e["job"]["job_id"] for e in events] == [s["slurm"]["job_id"] for s in states]
     assert all(e["summary"].startswith(f"Slurm job {e['job']['job_id']}: queued ") for e in events)
+
+
+def test_a_trial_not_deferred_watches_its_job_in_the_worker(airflow_db, slurm_cluster_clean, sim_cluster, tmp_path,
+                                                            monkeypatch):
+    """``DLPERF_DEFER_TRIALS=0``: the trial task submits and polls its job itself; same record."""
+    c = slurm_cluster_clean
+    monkeypatch.setenv("DLPERF_CATALOG_PATH", str(site_catalog(tmp_path / "catalog", "pytorch-bert", {"1n1g": 100.0})))
+    cfg = cluster_settings(c.yaml_path, f"file://{tmp_path / 'store'}", tmp_path / "work", trial_poll_s=0.5,
+                           defer_trials=False)
+    dr = build_pytorch_dag(cfg).test(run_conf={**CONF, "topologies": ["1n1g"]})
+    assert state(dr) == "success", task_states(dr)
+    (rec,) = _records(tmp_path / "work")
+    assert rec["trial"]["status"] == "OK" and rec["trial"]["value"] == 100.0, rec["trial"]
+    assert next(iter(rec["trial"]["exit_codes"])).startswith("job ")
+    assert c.jobs() == []
