@@ -122,11 +122,14 @@ class JobProgress:
         self.notes: list[str] = []
         self.last = ""
         self.failures = 0
+        self.allocated = ""  # the node list squeue showed while the job ran (its whole allocation)
 
     def update(self, st: JobState | None) -> str | None:
         """The progress line for this poll's state, when it changed (None otherwise)."""
         if st is None:
             return None
+        if st.state == "RUNNING" and st.nodes:
+            self.allocated = st.nodes
         if st.state == "PENDING" and not st.reason:  # just submitted: the scheduler has not looked yet
             note = "pending"
         else:
@@ -145,6 +148,10 @@ class JobProgress:
         return not st.active and st.source == "sacct"
 
     def event(self, st: JobState) -> dict[str, Any]:
+        """The end event; the node list is the allocation seen running (sacct's row right at the end may
+        name only the nodes still completing), else sacct's."""
+        if self.allocated and st.nodes != self.allocated:
+            st = dataclasses.replace(st, nodes=self.allocated)
         return {"status": "ended", "job": st.to_dict(), "pending": list(self.notes), "summary": summary(st, self.notes)}
 
 

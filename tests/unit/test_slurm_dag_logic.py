@@ -159,3 +159,10 @@ def test_a_dag_dry_run_on_slurm_shows_the_sbatch_and_srun_lines_with_quarantined
     assert lines[0].startswith("sbatch: sbatch --parsable") and "--exclude=node7" in lines[0], lines[0]
     assert "--partition=gpu" in lines[0] and "--nodes=2" in lines[0], lines[0]
     assert any(line.startswith("srun: srun ") and "--container-image=" in line for line in lines[1:]), lines
+
+
+def test_the_end_event_keeps_the_allocation_seen_running():
+    p = JobProgress("5")
+    p.update(JobState("5", "RUNNING", nodes="node[2-3]"))
+    ev = p.event(JobState("5", "COMPLETED", nodes="node2", exit_code=0, source="sacct"))
+    assert ev["job"]["nodes"] == "node[2-3]" and ev["summary"].endswith("on node[2-3]: COMPLETED exit code 0")
