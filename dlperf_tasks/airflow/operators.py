@@ -103,6 +103,13 @@ class TrialOperator(BaseOperator):
         from dlperf_tasks.airflow.triggers import RemoteTrialTrigger
 
         poll_s = self.poll_s if self.poll_s is not None else self.dlperf_settings.trial_poll_s
+        if "slurm" in state:  # a Slurm job: the run's jobs are polled together, no lease to renew
+            from dlperf_tasks.airflow.slurm_trigger import SlurmJobTrigger
+
+            self.log.info("trial %s submitted as Slurm job %s: deferred (squeue/sacct polled every %.1f s by the "
+                          "triggerer)", self.item.get("trial_id"), state["slurm"]["job_id"], poll_s)
+            self.defer(trigger=SlurmJobTrigger(cluster_yaml=str(self.dlperf_settings.cluster), trial=state,
+                                               poll_s=poll_s), method_name="resume")
         watch = state.get("watch") or {}
         self.log.info("trial %s started on %s: deferred (jobs polled every %.1f s by the triggerer)",
                       self.item.get("trial_id"), ",".join(state.get("nodes") or []), poll_s)
@@ -115,6 +122,8 @@ class TrialOperator(BaseOperator):
         """Back from the trigger (maybe on another worker): collect, clean, gate, record."""
         event = dict(event or {})
         state = {**(event.pop("trial", None) or {}), "watch": event.pop("watch", None)}
+        if "slurm" in state:
+            self.log.info("trial %s: %s", self.item.get("trial_id"), event.get("summary"))
         self.log.info("trial %s: jobs ended (%s%s): collecting", self.item.get("trial_id"), event.get("status"),
                       f": {event['reason']}" if event.get("reason") else "")
         with _mapped_errors():

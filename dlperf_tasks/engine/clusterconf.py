@@ -3,11 +3,13 @@ same with credentials added by the entry point, and whether a plan's topologies 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.engine.errors import NonRetriable
-from dlperf_tasks.remote.inventory import Cluster
+from dlperf_tasks.remote.slurm_inventory import SlurmCluster
+from dlperf_tasks.remote.slurm_inventory import load_cluster as load_any
 from dlperf_tasks.remote.local import LOCAL_MAX_PROCS
 
 
@@ -18,7 +20,7 @@ def load_inventory(settings):
         return None
 
     try:
-        return Cluster.from_yaml(settings.cluster)
+        return load_any(settings.cluster)  # a Slurm cluster file: its login hosts and slurm section
     except (OSError, RemoteError) as exc:
         raise NonRetriable(f"cluster {settings.cluster}: {exc}") from None
 
@@ -28,7 +30,11 @@ def load_cluster(settings):
     (when the entry point defines one) adds credentials from its own connection store."""
     cluster = load_inventory(settings)
     hook = getattr(settings, "resolve_cluster", None)
-    return hook(cluster) if hook and cluster is not None else cluster
+    if hook is None or cluster is None:
+        return cluster
+    if isinstance(cluster, SlurmCluster):  # the login hosts get their credentials as nodes do
+        return dataclasses.replace(cluster, login=tuple(hook(cluster.login_cluster()).nodes))
+    return hook(cluster)
 
 
 def local_cores() -> int:
@@ -51,6 +57,9 @@ def check_fits(topologies, settings, cluster=None, what: str = "invalid run para
         cores = local_cores()
     else:
         cluster = cluster or load_inventory(settings)
+        if isinstance(cluster, SlurmCluster):  # Slurm places the jobs: the GPUs per node bound a topology
+            check_fits_slurm(topologies, cluster, what)
+            return
         have_nodes, have_gpus = len(cluster.nodes), max(n.gpus for n in cluster.nodes)
         where = f"cluster {getattr(cluster, 'name', settings.cluster)}"
     for topo in topologies:
@@ -65,3 +74,13 @@ def check_fits(topologies, settings, cluster=None, what: str = "invalid run para
         if cores and topo.nodes * topo.gpus_per_node > cores:
             raise NonRetriable(f"{what}: {topo.name} runs {topo.nodes * topo.gpus_per_node} processes; "
                                f"{where} has {cores} core(s) for them")
+
+
+def check_fits_slurm(topologies, cluster: SlurmCluster, what: str) -> None:
+    """On a Slurm cluster a topology asks for at most the cluster file's ``slurm.gpus_per_node``; the
+    node count is Slurm's to grant (sbatch refuses more nodes than the partition has)."""
+    have = cluster.slurm.gpus_per_node
+    for topo in topologies:
+        if have and topo.gpus_per_node > have:
+            raise NonRetriable(f"{what}: {topo.name} needs {topo.gpus_per_node} GPUs per node; Slurm cluster "
+                               f"{cluster.name} has slurm.gpus_per_node {have}")

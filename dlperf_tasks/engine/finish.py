@@ -24,6 +24,8 @@ from dlperf_tasks.core.errors import StoreError
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.history.basis import basis_line
 from dlperf_tasks.engine.trials import stop_runs
+from dlperf_tasks.engine import slurmitem
+from dlperf_tasks.remote.slurm_inventory import SlurmCluster
 from dlperf_tasks.remote import nodeclean
 from dlperf_tasks.remote.runtime import make_runtime
 from dlperf_tasks.remote.ssh import SSHPool
@@ -95,7 +97,8 @@ def _resolved_inventory(settings):
     included), so the pre-publish leak check knows every secret they could print; its path when
     they cannot be resolved here, the file as it is (its own secrets are still read)."""
     try:
-        return load_cluster(settings)
+        cluster = load_cluster(settings)
+        return cluster.login_cluster() if isinstance(cluster, SlurmCluster) else cluster
     except (DlperfError, NonRetriable, Retriable):
         return load_for_redaction(settings.cluster)
 
@@ -156,6 +159,11 @@ def cleanup(run_set: RunSet | Mapping[str, Any] | None, settings) -> dict[str, A
         stopped = sum(local.stop(key) for key in run_set.trial_keys)
         return {"cleaned": ["local0"], "stopped_process_groups": stopped}
     stop_runs({r.run_id for r in run_set.runs})
+    if slurmitem.is_slurm(settings):  # every job the run started: scancelled, gone from squeue
+        cancelled, problems = slurmitem.cancel_run_jobs(settings, [r.run_id for r in run_set.runs])
+        if problems:
+            raise Retriable("cleanup left something behind: " + "; ".join(problems))
+        return {"cleaned": [], "cancelled_jobs": cancelled}
     cleaned, problems = clean_runs(list(run_set.runs), list(run_set.trial_keys), settings)
     if problems:
         raise Retriable("cleanup left something behind: " + "; ".join(problems))

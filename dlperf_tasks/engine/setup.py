@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dlperf_tasks.engine.clusterconf import check_fits, load_cluster
+from dlperf_tasks.engine import slurmitem
+from dlperf_tasks.remote.slurm_check import validate_before_submit
 from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.finish import clean_runs
 from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now_iso, read_json, write_json, write_plan
@@ -115,6 +117,8 @@ def prepare(run_set: RunSet | Mapping[str, Any], settings) -> dict[str, Any]:
     if run_set.dry_run:
         return {"skipped": "dry run"}
     reruns = [r for r in run_set.runs if r.rerun]
+    if slurmitem.is_slurm(settings):
+        return prepare_slurm(run_set, settings, reruns)
     if reruns and not settings.is_local:
         # the scheduled run is running again: a worker killed before may have left the run's
         # trial running and its node leases held; clear them before anything starts
@@ -136,3 +140,23 @@ def prepare(run_set: RunSet | Mapping[str, Any], settings) -> dict[str, Any]:
     except RemoteError as exc:
         raise Retriable(f"prepare on cluster {cluster.name}: {exc}") from None
     return {"nodes": list(cluster.names)}
+
+
+def prepare_slurm(run_set: RunSet, settings, reruns: list) -> dict[str, Any]:
+    """Prepare step on a Slurm cluster: a re-run's jobs left from its earlier attempt cancelled, the
+    partition, account, QoS and reservation checked on the login node (one error naming the file and
+    field, before anything is submitted), the nodes Slurm reports drained or down named. No node is
+    prepared: the scheduler places each trial's job; the catalog files go to the shared work dir with it."""
+    if reruns:
+        _, problems = slurmitem.cancel_run_jobs(settings, [r.run_id for r in reruns])
+        if problems:
+            raise Retriable("cancelling what the previous attempt of this run left failed: " + "; ".join(problems))
+    cluster = slurmitem.slurm_cluster(settings)
+    login = cluster.login_names[0]
+    try:
+        with SSHPool(cluster.login_cluster()) as pool:
+            validate_before_submit(cluster, pool, login)
+            notes = slurmitem.unavailable_notes(cluster, pool, login)
+    except RemoteError as exc:
+        raise NonRetriable(f"prepare on Slurm cluster {cluster.name}: {exc}") from None
+    return {"slurm": cluster.slurm.partition, "unavailable": notes}

@@ -17,10 +17,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
+from dlperf_tasks.core.model import Trial, TrialResult
 from dlperf_tasks.engine.rundir import write_json
 from dlperf_tasks.engine.schedule import Batch
-from dlperf_tasks.measure.extract import gate_run_logs
 from dlperf_tasks.remote import slurm_jobs, slurm_trial
 from dlperf_tasks.remote.slurm_check import validate_before_submit
 from dlperf_tasks.remote.slurm_inventory import SlurmCluster
@@ -68,14 +67,7 @@ class _Run:
         trial, job, st = self.trials[tid], self.jobs[tid], self.queue.ended[tid]
         self.records.setdefault(tid, []).append({**slurm_jobs.trial_record(st), "attempt": self.attempt[tid]})
         write_json(self.b.rd.path / "slurm_jobs.json", self.records)
-        status, reason = slurm_jobs.end_status(st)
-        missing = slurm_trial.collect_logs(self.pool, self.login, job, trial, self.b.rd.path)
-        if missing and status is None:
-            status, reason = TrialStatus.LAUNCH_FAILED, f"slurm job {st.job_id}: no {', '.join(missing)}"
-        code = 0 if status is None else st.exit_code
-        return gate_run_logs(trial, self.b.rd.path, exit_codes={f"job {st.job_id}": code}, runtime_status=status,
-                             runtime_reason=reason, nodes=[st.nodes] if st.nodes else [],
-                             started_at=self.started[tid], finished_at=time.time())
+        return slurm_trial.gate_job(self.pool, self.login, job.log_dir, trial, st, self.b.rd.path, self.started[tid])
 
     def step(self, ran: list[TrialResult]) -> None:
         states = slurm_trial.poll(self.pool, self.login, self.queue.active_job_ids())

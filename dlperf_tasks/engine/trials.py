@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 from dlperf_tasks.engine.errors import NonRetriable, Retriable
 from dlperf_tasks.engine.rundir import RunDir
@@ -31,6 +31,7 @@ from dlperf_tasks.remote.local import launch_specs
 from dlperf_tasks.remote import local
 from dlperf_tasks.remote.runtime import make_runtime
 from dlperf_tasks.engine.trialstate import telemetry_abort, telemetry_start
+from dlperf_tasks.engine import slurmitem
 from dlperf_tasks.engine.attempt import FINISH_LEASE_TTL_S, LeaseTerms, TaskTry
 from dlperf_tasks.remote.trial import TrialWatch, start_trial
 from dlperf_tasks.remote.trialdocs import TrialState, Verdict
@@ -59,9 +60,13 @@ def _stop_key(run_id: str, trial_key: str) -> str:
 
 
 def dry_run_commands(item: TrialItem | Mapping[str, Any], settings) -> list[str]:
-    """The shell-quoted commands a trial would run on each node (shown by dry runs)."""
+    """The shell-quoted commands a trial would run on each node (shown by dry runs); on a Slurm cluster
+    its ``sbatch`` line and every ``srun`` line, as they would be submitted."""
     item = TrialItem.of(item)
     trial = item.trial
+    if slurmitem.is_slurm(settings):
+        return slurmitem.dry_run_lines(trial, load_suite(item.suite, settings.catalog_path), item.run_id, settings,
+                                       image=item.image)
     _, specs = launch_specs(trial, get(trial.cell.framework), load_suite(item.suite, settings.catalog_path).launcher)
     return [spec.shell() for _, spec in specs]
 
@@ -247,6 +252,9 @@ def start_item(item: TrialItem | Mapping[str, Any], settings, attempt: TaskTry |
     display = display or display_for(item, attempt.log, settings)
     if settings.is_local:
         return {"record": _record(item, rd, run_local(trial, suite, rd, display), display, attempt)}
+    if slurmitem.is_slurm(settings):  # a Slurm job: the scheduler places it, no lease
+        return {"started": slurmitem.start(trial, suite, rd, settings, image=item.image, attempt=attempt.number,
+                                           emit=display.emit)}
     try:
         got = start_leased(trial, suite, rd, settings, image=item.image, attempt=attempt.number,
                            display=display, lease=lease, pool=pool)
@@ -259,14 +267,20 @@ def start_item(item: TrialItem | Mapping[str, Any], settings, attempt: TaskTry |
     return {"started": got}
 
 
-def finish_item(item: TrialItem | Mapping[str, Any], settings, state: TrialState, verdict: Verdict | None,
+def finish_item(item: TrialItem | Mapping[str, Any], settings, state: TrialState,
+                verdict: Verdict | Mapping[str, Any] | None,
                 attempt: TaskTry | None = None, *, pool=None, display=None) -> dict[str, Any]:
-    """The second half of :func:`start_item` (verdict: the watcher's); writes and returns the record."""
+    """The second half of :func:`start_item` (verdict: the watcher's, or a Slurm job's end event);
+    writes and returns the record."""
     item = TrialItem.of(item)
     attempt = attempt or TaskTry()
     rd = RunDir(Path(item.run_dir), item.run_id)
     display = display or display_for(item, attempt.log, settings)
-    res = finish_leased(state, verdict, load_suite(item.suite, settings.catalog_path), rd, settings, display=display, pool=pool)
+    if "slurm" in state:
+        res = slurmitem.finish(state, dict(verdict or {}), rd, settings, display.emit)
+    else:
+        res = finish_leased(state, cast("Verdict | None", verdict), load_suite(item.suite, settings.catalog_path), rd, settings,
+                            display=display, pool=pool)
     return _record(item, rd, res, display, attempt)
 
 
@@ -290,6 +304,8 @@ def run_item(item: TrialItem | Mapping[str, Any], settings, attempt: TaskTry | N
     attempt = attempt or TaskTry()
     item = TrialItem.of(item)
     display = display_for(item, attempt.log, settings)
+    if slurmitem.is_slurm(settings):
+        return _run_slurm_item(item, settings, attempt, display, poll_s)
     # one SSH pool (connections made when first used) for the start, the watch and the finish
     with (contextlib.nullcontext() if settings.is_local else SSHPool(load_cluster(settings))) as pool:
         got = start_item(item, settings, attempt, display=display, pool=pool)
@@ -303,6 +319,21 @@ def run_item(item: TrialItem | Mapping[str, Any], settings, attempt: TaskTry | N
                 item, settings, state, verdict, attempt, pool=pool, display=display))
         finally:
             _STOP_EVENTS.pop(key, None)
+
+
+def _run_slurm_item(item: TrialItem, settings, attempt: TaskTry, display, poll_s: float) -> dict[str, Any]:
+    """A trial on a Slurm cluster, not deferred: submit, watch the job here (a stop cancels it), finish."""
+    key = _stop_key(item.run_id, item.key)
+    stop = _STOP_EVENTS[key] = threading.Event()
+    try:
+        got = start_item(item, settings, attempt, display=display)
+        if "record" in got:
+            return got["record"]
+        state = got["started"]
+        event = slurmitem.wait(state, settings, poll_s=max(poll_s, 1.0), stop=stop, emit=display.emit)
+        return finish_item(item, settings, state, event, attempt, display=display)
+    finally:
+        _STOP_EVENTS.pop(key, None)
 
 
 def stop_event(run_id: str, trial_key: str, forget: bool = False) -> threading.Event:

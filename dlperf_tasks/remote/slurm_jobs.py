@@ -87,6 +87,40 @@ def poll_command(ids) -> str:
             f"sacct -X -n -P -j {joined} -o {SACCT_FIELDS}")
 
 
+def own_jobs_command() -> str:
+    """Every job of the login user still in the queue: ``<id>|<name>`` per line."""
+    return "squeue -h -u \"$(id -un)\" -o '%i|%j'"
+
+
+def parse_own_jobs(stdout: str) -> list[tuple[str, str]]:
+    out = []
+    for line in stdout.splitlines():
+        job_id, _, name = line.strip().partition("|")
+        if _JOB_ID.match(job_id):
+            out.append((job_id, name))
+    return out
+
+
+def node_states_command(nodes: str) -> str:
+    """sinfo's state and reason of the nodes of a Slurm node list (``node[1-2]``): ``<node>|<state>|<reason>``."""
+    if not re.match(r"^[A-Za-z0-9_.,\[\]-]{1,2000}$", nodes):
+        raise RemoteError(f"slurm: {nodes[:100]!r} is not a node list")
+    return f"sinfo -h -N -n {shlex.quote(nodes)} -o '%N|%T|%E'"
+
+
+def unavailable_nodes(stdout: str) -> list[str]:
+    """``node3 is down* (Not responding)`` for each row of :func:`node_states_command` whose node Slurm
+    reports down, drained, failing or not responding (``*``)."""
+    out = []
+    for line in stdout.splitlines():
+        name, state, reason = (line.strip().split("|") + ["", "", ""])[:3]
+        if name and (state.endswith("*") or any(b in state.lower() for b in ("down", "drain", "fail"))):
+            text = f"{name} is {state}" + (f" ({reason})" if reason and reason != "none" else "")
+            if text not in out:
+                out.append(text)
+    return out
+
+
 def cancel_command(ids) -> str:
     return "scancel " + " ".join(check_job_ids(ids)) if ids else "true"
 

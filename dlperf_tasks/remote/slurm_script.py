@@ -107,6 +107,11 @@ def job_name(run_id: str, trial_key: str, attempt: int) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:200]
 
 
+def run_prefix(run_id: str) -> str:
+    """The start of every job name of a run (:func:`job_name`): ``dlperf.<run id>.``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"dlperf.{run_id}.")
+
+
 def placeholder_nodes(count: int, gpus: int, interface: str | None = None) -> list[NodeSpec]:
     """Node specs a framework's launch gets on Slurm: addresses are placeholders for the hosts Slurm gives."""
     return [NodeSpec(name=f"node{k}", address=_HOST_MARK.format(k), gpus=gpus, interface=interface)

@@ -11,6 +11,7 @@ credentials file, Apptainer's): nothing here writes one on the cluster.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,8 +20,9 @@ from dlperf_tasks.catalog import patches
 from dlperf_tasks.catalog.nodefiles import node_files_dir
 from dlperf_tasks.catalog.shipping import put_node_files
 from dlperf_tasks.core.errors import RemoteError
-from dlperf_tasks.core.model import Trial
+from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.frameworks.launchspec import LaunchSpec
+from dlperf_tasks.measure.extract import gate_run_logs
 from dlperf_tasks.remote import slurm_jobs
 from dlperf_tasks.remote.dockercmd import TRIAL_ENV, expand
 from dlperf_tasks.remote.slurm_jobs import JobState
@@ -94,18 +96,35 @@ def cancel(pool: SSHPool, login: str, job_ids) -> None:
         pool.run(login, slurm_jobs.cancel_command(ids), timeout=60)
 
 
-def collect_logs(pool: SSHPool, login: str, job: SlurmJob, trial: Trial, out_dir: Path) -> list[str]:
-    """Copy each node's output (``rank-node<k>.log``) to ``out_dir / log_relpath(trial, k)``, and the
-    telemetry sampler files under ``out_dir/telemetry/<trial key>/``; the names of logs that were missing."""
+def collect_logs(pool: SSHPool, login: str, log_dir: str, trial: Trial, out_dir: Path) -> list[str]:
+    """Copy each node's output (``<log_dir>/rank-node<k>.log``) to ``out_dir / log_relpath(trial, k)``;
+    the names of logs that were missing."""
     fw = frameworks.get(trial.cell.framework)
     ranks = [0] if fw.launch_mode == "mpi" else range(trial.cell.topology.nodes)
     missing = []
     for k in ranks:
         dest = Path(out_dir) / fw.log_relpath(trial, k)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if not pool.get(login, f"{job.log_dir}/rank-node{k}.log", str(dest)):
+        if not pool.get(login, f"{log_dir}/rank-node{k}.log", str(dest)):
             missing.append(f"rank-node{k}.log")
     return missing
+
+
+def gate_job(pool: SSHPool, login: str, log_dir: str, trial: Trial, st: JobState, out_dir: Path,
+             submitted_at: float) -> TrialResult:
+    """An ended job's trial result: its rank logs copied into ``out_dir`` and gated as on the Docker runtime,
+    Slurm's end state as the runtime status with its reason (``slurm_jobs.end_status``). The record keeps
+    the job: ``nodes`` Slurm's node list, ``exit_codes`` ``{"job <id>": code}``, ``started_at`` when the job
+    started (submitted + queue time) and ``finished_at`` that plus sacct's elapsed run time."""
+    status, reason = slurm_jobs.end_status(st)
+    missing = collect_logs(pool, login, log_dir, trial, out_dir)
+    if missing and status is None:
+        status, reason = TrialStatus.LAUNCH_FAILED, f"slurm job {st.job_id}: no {', '.join(missing)}"
+    started = submitted_at + (st.queue_s or 0.0)
+    finished = started + st.elapsed_s if st.elapsed_s is not None else time.time()
+    return gate_run_logs(trial, out_dir, exit_codes={f"job {st.job_id}": 0 if status is None else st.exit_code},
+                         runtime_status=status, runtime_reason=reason, nodes=[st.nodes] if st.nodes else [],
+                         started_at=started, finished_at=max(started, finished))
 
 
 @dataclass

@@ -73,7 +73,7 @@ def test_two_node_trial_runs_as_a_job_and_its_logs_gate_as_on_docker(login, sim_
     assert slurm_jobs.end_status(st) == (None, ""), _job_output(pool, host, job, job_id)
     rec = slurm_jobs.trial_record(st)
     assert rec["state"] == "COMPLETED" and rec["exit_code"] == 0 and rec["queue_s"] is not None
-    assert slurm_trial.collect_logs(pool, host, job, trial, tmp_path) == []
+    assert slurm_trial.collect_logs(pool, host, job.log_dir, trial, tmp_path) == []
     res = gate_run_logs(trial, tmp_path, exit_codes={"node0": 0, "node1": 0})
     assert res.status == TrialStatus.OK, res.reason
     assert res.metric.value == pytest.approx(123.45)

@@ -1,0 +1,168 @@
+"""The DAG path's Slurm logic without a cluster: the run's shared poll loop (one poll per round for every
+job of a run), the progress lines and end event of a job (pending reason, queue time apart from run time),
+the run's job-name prefix, the squeue listing that cleanup cancels from, and the plan's fit check on a
+Slurm cluster file. The poll function is the seam (the real one runs squeue/sacct over SSH)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from dlperf_tasks.core.topology import Topology
+from dlperf_tasks.engine.clusterconf import check_fits
+from dlperf_tasks.engine.errors import NonRetriable
+from dlperf_tasks.engine.slurmitem import JobProgress, summary
+from dlperf_tasks.engine.slurmpoll import PollFailed, RunPoller
+from dlperf_tasks.remote import slurm_jobs
+from dlperf_tasks.remote.slurm_inventory import SlurmCluster
+from dlperf_tasks.remote.slurm_script import job_name, run_prefix
+from dlperf_tasks.remote.slurm_jobs import JobState
+
+
+class _Pool:
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_one_poll_per_round_serves_every_job_of_the_run():
+    calls: list[list[str]] = []
+    script = {"1": ["PENDING", "RUNNING", "COMPLETED"], "2": ["RUNNING", "RUNNING", "RUNNING", "FAILED"]}
+
+    def poll(pool, login, ids):
+        calls.append(list(ids))
+        out = {}
+        for i in ids:
+            seq = script[i]
+            state = seq.pop(0) if len(seq) > 1 else seq[0]
+            out[i] = JobState(i, state, source="sacct" if state in ("COMPLETED", "FAILED") else "squeue")
+        return out
+
+    pool = _Pool()
+
+    async def main():
+        async def one(job_id):
+            poller = RunPoller.shared(("c.yaml", "run1"), lambda: pool, "login", 0.01, poll=poll)
+            async for st in poller.watch(job_id):
+                if st is not None and not st.active:
+                    return st.state
+        return await asyncio.gather(one("1"), one("2"))
+
+    assert asyncio.run(main()) == ["COMPLETED", "FAILED"]
+    assert calls[0] == ["1", "2"]  # both jobs in one command
+    assert len(calls) <= 5 and calls[-1] == ["2"]
+    assert pool.closed
+
+
+def test_a_login_node_that_stays_unreachable_ends_the_watch():
+    def poll(pool, login, ids):
+        raise OSError("connection refused")
+
+    async def main():
+        poller = RunPoller.shared(("c.yaml", "run2"), _Pool, "login", 0.0, max_failures=3, poll=poll)
+        async for _ in poller.watch("7"):
+            pass
+
+    with pytest.raises(PollFailed, match="failed 3 times in a row: connection refused"):
+        asyncio.run(main())
+
+
+def test_progress_names_the_pending_reason_then_the_nodes_and_ends_with_sacct():
+    p = JobProgress("42", submitted_at=None)
+    assert "Slurm job 42: pending (0 s" in p.update(JobState("42", "PENDING"))  # no reason yet: not kept
+    assert "pending (Resources)" in p.update(JobState("42", "PENDING", reason="Resources"))
+    assert p.update(JobState("42", "PENDING", reason="Resources")) is None  # unchanged: no line
+    line = p.update(JobState("42", "PENDING", reason="ReqNodeNotAvail, UnavailableNodes:node3"))
+    assert "node(s) node3 drained or down" in line
+    assert "running on node[1-2]" in p.update(JobState("42", "RUNNING", nodes="node[1-2]"))
+    assert not p.ended(JobState("42", "COMPLETED", source="squeue"))  # accounting not in yet
+    end = JobState("42", "COMPLETED", nodes="node[1-2]", exit_code=0, elapsed_s=31.0, queue_s=12.0, source="sacct")
+    assert p.ended(end)
+    ev = p.event(end)
+    assert ev["job"]["job_id"] == "42" and len(ev["pending"]) == 2
+    assert ev["summary"].startswith("Slurm job 42: queued 12 s (pending (Resources); pending (ReqNodeNotAvail")
+    assert ev["summary"].endswith("ran 31 s on node[1-2]: COMPLETED exit code 0")
+    assert summary(JobState("9", "CANCELLED"), []) == "Slurm job 9: queue time unknown, run time unknown: CANCELLED"
+
+
+def test_the_run_prefix_starts_every_job_name_of_the_run_and_no_other_run():
+    assert job_name("pytorch-bert-20261129T010000-ab12", "t1", 2).startswith(run_prefix("pytorch-bert-20261129T010000-ab12"))
+    assert not job_name("run-10", "t1", 1).startswith(run_prefix("run-1"))
+    assert run_prefix("a b$c") == "dlperf.a-b-c."
+
+
+def test_own_jobs_listing_skips_what_is_not_a_job_row():
+    out = "123|dlperf.run1.t1.a1\nsqueue: error: something\n 124|blocker\n"
+    assert slurm_jobs.parse_own_jobs(out) == [("123", "dlperf.run1.t1.a1"), ("124", "blocker")]
+    assert "squeue -h -u" in slurm_jobs.own_jobs_command()
+
+
+def _slurm(gpus: int) -> SlurmCluster:
+    return SlurmCluster.from_dict({"scheduler": "slurm", "login": {"host": "login1", "user": "u", "key_file": "/k"},
+                                   "slurm": {"partition": "gpu", "work_dir": "/shared", "gpus_per_node": gpus}},
+                                  source="slurm.yaml")
+
+
+def test_plan_fit_on_slurm_bounds_gpus_per_node_and_leaves_node_counts_to_slurm():
+    settings = SimpleNamespace(is_local=False, cluster="slurm.yaml")
+    check_fits([Topology.parse("16n8g")], settings, _slurm(8))
+    with pytest.raises(NonRetriable, match="2n16g needs 16 GPUs per node; Slurm cluster cluster has slurm.gpus_per_node 8"):
+        check_fits([Topology.parse("2n16g")], settings, _slurm(8))
+
+
+def test_the_nodes_slurm_reports_down_are_named():
+    rows = "node2|idle|none\nnode3|down*|Not responding\nnode3|down*|Not responding\nnode4|drained|bad gpu\n"
+    assert slurm_jobs.unavailable_nodes(rows) == ["node3 is down* (Not responding)", "node4 is drained (bad gpu)"]
+    assert slurm_jobs.node_states_command("node[2-3]") == "sinfo -h -N -n 'node[2-3]' -o '%N|%T|%E'"
+    with pytest.raises(Exception, match="not a node list"):
+        slurm_jobs.node_states_command("node1; reboot")
+
+
+def test_a_poller_never_crosses_event_loops():
+    """dag.test() runs each trigger in an event loop of its own: the second run must not reuse the first's."""
+    def poll(pool, login, ids):
+        return {i: JobState(i, "COMPLETED", source="sacct") for i in ids}
+
+    async def one(job_id):
+        poller = RunPoller.shared(("c.yaml", "run3"), _Pool, "login", 0.0, poll=poll)
+        async for st in poller.watch(job_id):
+            if st is not None:
+                return poller, st.state
+
+    first, _ = asyncio.run(one("1"))
+    second, state = asyncio.run(one("2"))
+    assert state == "COMPLETED" and second is not first
+
+
+def test_a_dag_dry_run_on_slurm_shows_the_sbatch_and_srun_lines_with_quarantined_nodes_excluded(tmp_path):
+    import yaml
+
+    from dlperf_tasks.airflow.settings import DlperfSettings
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.core.model import Cell, Trial
+    from dlperf_tasks.engine.slurmitem import dry_run_lines
+    from dlperf_tasks.store.quarantine import Quarantine
+
+    path = tmp_path / "slurm.yaml"
+    path.write_text(yaml.safe_dump({"name": "site", "scheduler": "slurm",
+                                    "login": {"host": "login1", "user": "u", "key_file": "/k"},
+                                    "slurm": {"partition": "gpu", "work_dir": "/shared", "gpus_per_node": 8}}))
+    cfg = DlperfSettings(cluster=str(path), store_url=f"file://{tmp_path / 'store'}", work_dir=str(tmp_path / "w"))
+    Quarantine.for_settings(cfg).add("node7", ["slow"])
+    suite = load_suite("pytorch-bert")
+    trial = Trial(Cell(suite.id, suite.framework, suite.model, "fp32", 32, Topology.parse("2n8g"),
+                       window=suite.window), 1)
+    lines = dry_run_lines(trial, suite, "run-x", cfg, image=None)
+    assert lines[0].startswith("sbatch: sbatch --parsable") and "--exclude=node7" in lines[0], lines[0]
+    assert "--partition=gpu" in lines[0] and "--nodes=2" in lines[0], lines[0]
+    assert any(line.startswith("srun: srun ") and "--container-image=" in line for line in lines[1:]), lines
+
+
+def test_the_end_event_keeps_the_allocation_seen_running():
+    p = JobProgress("5")
+    p.update(JobState("5", "RUNNING", nodes="node[2-3]"))
+    ev = p.event(JobState("5", "COMPLETED", nodes="node2", exit_code=0, source="sacct"))
+    assert ev["job"]["nodes"] == "node[2-3]" and ev["summary"].endswith("on node[2-3]: COMPLETED exit code 0")
