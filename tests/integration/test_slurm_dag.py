@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -90,41 +88,6 @@ def test_dag_runs_every_trial_as_a_slurm_job_and_writes_the_usual_results(airflo
     assert "--exclude=node1" in text and " ran " in text, text[-3000:]
     assert list((tmp_path / "store").rglob("manifest.json")), "nothing published"
     assert c.jobs() == []
-
-
-def test_killing_a_deferred_trial_task_scancels_its_job(airflow_db, slurm_cluster_clean, sim_cluster, tmp_path,
-                                                        monkeypatch):
-    c = slurm_cluster_clean
-    monkeypatch.setenv("DLPERF_CATALOG_PATH", str(site_catalog(tmp_path / "catalog", "pytorch-bert", {"1n1g": 100.0},
-                                                                time_scale=50.0, timeout_s=600, hang_timeout_s=300)))
-    work = tmp_path / "work"
-    dag = build_pytorch_dag(_settings(c.yaml_path, tmp_path))
-    seen: dict = {}
-
-    def watcher() -> None:
-        try:
-            seen["job"] = _running(c, work)
-            seen["killed_at"] = time.monotonic()
-            os.kill(os.getpid(), signal.SIGTERM)  # what the supervisor does to a killed task
-            _when(lambda: not _run_jobs(c, work), 60, "the job to leave squeue")
-            seen["gone_after_s"] = time.monotonic() - seen["killed_at"]
-        except AssertionError as exc:
-            seen["error"] = str(exc)
-
-    th = threading.Thread(target=watcher, daemon=True)
-    th.start()
-    dr = dag.test(run_conf={**CONF, "topologies": ["1n1g"]})
-    th.join(timeout=90)
-    states = task_states(dr)
-    assert "error" not in seen and "gone_after_s" in seen, (seen, states)
-    assert seen["gone_after_s"] < 30, seen
-    assert states[("trial", 0)] == "failed", states
-    assert states[("cleanup", -1)] == "success", states
-    assert state(dr) == "failed"
-    assert c.jobs() == []
-    job_id = seen["job"][0]["id"]
-    assert c.wait_sacct(job_id)["state"].startswith("CANCELLED"), c.sacct(job_id)
-    c.wait_containers(lambda ids: ids == [], timeout=30)
 
 
 def test_busy_partition_the_pending_reason_is_logged_then_the_job_runs(airflow_db, slurm_cluster_clean, sim_cluster,
