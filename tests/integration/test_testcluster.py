@@ -7,6 +7,7 @@ Debian's docker-registry with htpasswd auth, the debootstrapped stand-in image. 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import socket
@@ -281,6 +282,18 @@ def test_up_again_is_fast_and_idempotent(sim_cluster):
     assert proc.stdout.strip() == str(sim_cluster.yaml_path)
     assert sim_cluster.known_hosts.read_text() == before  # host keys and creds are kept
     assert took < 30, f"warm `up` took {took:.1f} s"
+
+
+def test_up_adopts_its_registry_when_the_state_lost_its_pid(sim_cluster):
+    """A state file without the registry's pid (a lost update) must not leave `up` failing on its own
+    registry's port: `up` finds the docker-registry serving this cluster's config and keeps it."""
+    state_file = sim_cluster.dir / "state.json"
+    state = json.loads(state_file.read_text())
+    pid = state.pop("registry_pid")
+    state_file.write_text(json.dumps(state))
+    proc = tc_cli(sim_cluster, "up", "--nodes", str(len(sim_cluster.nodes)))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(state_file.read_text())["registry_pid"] == pid
 
 
 def test_setup_test_env_is_idempotent_and_fast():
