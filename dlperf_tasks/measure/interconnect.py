@@ -70,8 +70,11 @@ _NUMBERS = {"expected_busbw_gbs": (0.0, None), "min_fraction": (0.0, 1.0), "time
 
 def probe_settings(suite_cfg, cluster_cfg, *, where: str = "interconnect_probe") -> dict | None:
     """The probe's settings: :data:`DEFAULTS`, then the suite's ``interconnect_probe``, then the cluster
-    file's (its links' expected bound wins). None when either says ``false`` or ``enabled: false``.
-    A bad value is one ValueError naming the key and ``where``."""
+    file's (its links' expected bound wins). None (no probe) when the suite does not declare one (its
+    image is not known to ship nccl-tests), or either says ``false`` or ``enabled: false`` (the
+    opt-out). A bad value is one ValueError naming the key and ``where``."""
+    if suite_cfg is None:
+        return None
     out = dict(DEFAULTS)
     for cfg in (suite_cfg, cluster_cfg):
         if cfg is False:

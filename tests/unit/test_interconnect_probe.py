@@ -77,7 +77,7 @@ def _two_node_trial():
 
 def test_probe_launch_is_nccl_tests_multi_node_mpirun_line_with_one_gpu_per_rank():
     suite, trial = _two_node_trial()
-    cfg = probe_settings(None, {"expected_busbw_gbs": 350.0, "max_bytes": "1G"})
+    cfg = probe_settings(suite.extra["interconnect_probe"], {"expected_busbw_gbs": 350.0, "max_bytes": "1G"})
     pt, ps = probe_trial(trial), probe_suite(suite, cfg)
     assert pt.cell.framework == "nccl_probe" and pt.key != trial.key and pt.cell.topology == trial.cell.topology
     assert ps.upstream is None and ps.timeout_s == 600 and ps.env == suite.env
@@ -85,21 +85,21 @@ def test_probe_launch_is_nccl_tests_multi_node_mpirun_line_with_one_gpu_per_rank
     spec = get("nccl_probe").checked_launch(pt, 0, nodes, {**ps.launcher, "ssh_port": 2223})
     argv = spec.argv
     assert argv[:5] == ["mpirun", "--allow-run-as-root", "-np", "16", "-H"] and argv[5] == "10.0.0.1:8,10.0.0.2:8"
-    assert argv[-9:] == ["all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "1"]
+    assert argv[-9:] == ["/usr/local/bin/all_reduce_perf_mpi", "-b", "8", "-e", "1G", "-f", "2", "-g", "1"]
     assert "NCCL_DEBUG" in argv and spec.env["NCCL_DEBUG"] == "INFO"
     with pytest.raises(ValueError, match=r"interconnect_probe.max_bytes = '8G; rm' is not a size"):
         get("nccl_probe").launch(pt, 0, nodes, {"max_bytes": "8G; rm"})
 
 
 def test_probe_settings_defaults_opt_out_and_the_cluster_files_bound_wins():
-    assert probe_settings(None, None)["expected_busbw_gbs"] is None
-    assert probe_settings(None, None)["min_fraction"] == 0.8
+    assert probe_settings(None, {"expected_busbw_gbs": 370}) is None  # the suite's image has no nccl-tests
+    assert probe_settings({}, None)["expected_busbw_gbs"] is None and probe_settings(True, None)["min_fraction"] == 0.8
     merged = probe_settings({"expected_busbw_gbs": 100, "binary": "all_reduce_perf_mpi"}, {"expected_busbw_gbs": 370})
     assert merged["expected_busbw_gbs"] == 370 and merged["binary"] == "all_reduce_perf_mpi"
     assert probe_settings(False, {"expected_busbw_gbs": 370}) is None
     assert probe_settings({"enabled": False}, None) is None and probe_settings(None, False) is None
     with pytest.raises(ValueError, match=r"^cl\.min_fraction = 1.5 must be in \(0, 1\]$"):
-        probe_settings(None, {"min_fraction": 1.5}, where="cl")
+        probe_settings({}, {"min_fraction": 1.5}, where="cl")
     with pytest.raises(ValueError, match=r"expected_busbw_gbs = 'fast' must be a number above 0"):
         probe_settings({"expected_busbw_gbs": "fast"}, None)
 
