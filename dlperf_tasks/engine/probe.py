@@ -22,17 +22,12 @@ from typing import Any
 from dlperf_tasks.core.model import Trial, TrialStatus
 from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.frameworks import get as get_framework
-from dlperf_tasks.frameworks._nccl_tests_log import parse_text
-from dlperf_tasks.measure.interconnect import judge, probe_settings
+from dlperf_tasks.frameworks._nccl_probe import probe_launcher
+from dlperf_tasks.measure.interconnect import failed_probe, probe_record, probe_settings
 from dlperf_tasks.remote.runtime import safe_name
 from dlperf_tasks.remote.trial import TrialWatch, finish_trial, start_trial, wait_trial
 
 log = logging.getLogger(__name__)
-
-#: probe settings that go to the launch (the rest are verdict settings)
-LAUNCH_KEYS = ("binary", "min_bytes", "max_bytes", "step_factor", "extra_args", "env", "mpirun", "mpi_args",
-               "mpi_export", "workdir")
-
 
 def probe_trial(trial: Trial) -> Trial:
     """The probe's own trial: the cell's topology and index under the ``nccl_probe`` framework."""
@@ -43,11 +38,9 @@ def probe_trial(trial: Trial) -> Trial:
 def probe_suite(suite, cfg: dict):
     """The suite as the probe runs it: its image, environment and ``mpirun`` settings, no source
     patches, the probe's launch settings and time limit."""
-    launcher = {k: v for k, v in (suite.launcher or {}).items() if k in ("mpirun", "mpi_args", "mpi_export")}
-    launcher.update({k: cfg[k] for k in LAUNCH_KEYS if k in cfg})
     t = int(cfg["timeout_s"])
-    return dataclasses.replace(suite, framework="nccl_probe", upstream=None, launcher=launcher, timeout_s=t,
-                               hang_timeout_s=t)
+    return dataclasses.replace(suite, framework="nccl_probe", upstream=None,
+                               launcher=probe_launcher(suite.launcher, cfg), timeout_s=t, hang_timeout_s=t)
 
 
 def settings_for(suite, cluster) -> dict | None:
@@ -55,12 +48,6 @@ def settings_for(suite, cluster) -> dict | None:
     where = f"interconnect_probe (suite {suite.id}, cluster {getattr(cluster, 'name', '?')})"
     return probe_settings((suite.extra or {}).get("interconnect_probe"), getattr(cluster, "interconnect_probe", None),
                           where=where)
-
-
-def _failed(nodes: list[str], reason: str, cfg: dict | None = None) -> dict[str, Any]:
-    reason = " ".join(str(reason).split())[:600]
-    return {"nodes": list(nodes), "error": reason, "flags": [f"interconnect probe failed: {reason}"],
-            "expected_busbw_gbs": (cfg or {}).get("expected_busbw_gbs"), "min_fraction": (cfg or {}).get("min_fraction")}
 
 
 def run_probe(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *, pool, runtime, facts=None,
@@ -73,7 +60,7 @@ def run_probe(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *, poo
     try:
         cfg = settings_for(suite, cluster)
     except ValueError as exc:
-        return _failed(nodes, str(exc))
+        return failed_probe(nodes, str(exc))
     if cfg is None:
         return None
     rel = f"probes/{safe_name(trial.cell.id + '@' + ','.join(nodes), 150)}.json"
@@ -85,7 +72,7 @@ def run_probe(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *, poo
                       stop_event=stop_event)
     except Exception as exc:  # noqa: BLE001 - a probe never crashes the cell
         log.warning("interconnect probe on %s failed: %s", nodes, exc)
-        result = _failed(nodes, f"{type(exc).__name__}: {exc}", cfg)
+        result = failed_probe(nodes, f"{type(exc).__name__}: {exc}", cfg)
     rd.write(rel, result)
     return result
 
@@ -99,13 +86,7 @@ def _run(cluster, nodes, trial, suite, rd: RunDir, cfg: dict, *, pool, runtime, 
     verdict = wait_trial(pool, state, w.poll_s, stop_event)
     res = finish_trial(cluster, state, verdict, ps, out, pool=pool, runtime=runtime, watch=w)
     path = out / get_framework("nccl_probe").log_relpath(pt, 0)
-    text = path.read_text(errors="replace") if path.is_file() else ""
     if res.status not in (TrialStatus.OK, TrialStatus.INVALID_LOG):
-        return _failed(nodes, f"{res.status.value}: {res.reason}", cfg)
-    nccl = parse_text(text)
-    if not nccl.rows:
-        return _failed(nodes, "; ".join(nccl.errors) or "no all_reduce_perf table in the log", cfg)
-    verdict_ = judge(nccl, trial.cell.topology.world_size, expected_busbw_gbs=cfg.get("expected_busbw_gbs"),
-                     min_fraction=float(cfg["min_fraction"]))
-    return {**verdict_.to_dict(), "nodes": list(nodes), "log": str(path.relative_to(rd.path)),
-            "avg_busbw_gbs": nccl.avg_busbw_gbs, "slow_scaling_below": cfg["slow_scaling_below"]}
+        return failed_probe(nodes, f"{res.status.value}: {res.reason}", cfg)
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    return probe_record(text, trial.cell.topology.world_size, cfg, nodes, log=str(path.relative_to(rd.path)))

@@ -35,6 +35,18 @@ def _size(settings: Mapping, key: str, default: str) -> str:
     return value
 
 
+#: probe settings that go to the launch (the others are the verdict's: measure/interconnect.py)
+LAUNCH_KEYS = ("binary", "min_bytes", "max_bytes", "step_factor", "extra_args", "env", "mpirun", "mpi_args",
+               "mpi_export", "workdir")
+
+
+def probe_launcher(suite_launcher: Mapping | None, cfg: Mapping) -> dict:
+    """The probe's launch settings: the suite's ``mpirun`` settings, then the probe's own."""
+    out = {k: v for k, v in (suite_launcher or {}).items() if k in ("mpirun", "mpi_args", "mpi_export")}
+    out.update({k: cfg[k] for k in LAUNCH_KEYS if k in cfg})
+    return out
+
+
 def probe_argv(settings: Mapping) -> list[str]:
     """``all_reduce_perf -b MIN -e MAX -f FACTOR -g 1`` (one GPU per MPI process) plus ``extra_args``."""
     factor = L.integer(settings, "step_factor", 2, 2, 1024)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dlperf_tasks.frameworks._nccl_tests_log import NcclResult, busbw_from_algbw
+from dlperf_tasks.frameworks._nccl_tests_log import NcclResult, busbw_from_algbw, parse_text
 
 bus_bandwidth = busbw_from_algbw  # the one formula, named as the probe uses it
 
@@ -118,3 +118,21 @@ def attribute(probe, straggler_nodes, scaling_efficiency, slow_below: float) -> 
         else:
             causes.append("the compute side moved (the probe's bus bandwidth is as expected and no rank straggles)")
     return f"slow cell (scaling efficiency {scaling_efficiency:.2f} < {slow_below:.2f}): " + "; ".join(causes)
+
+
+def failed_probe(nodes, reason: str, cfg: dict | None = None) -> dict:
+    """The record of a probe that gave no verdict (could not start, timed out, printed no table)."""
+    reason = " ".join(str(reason).split())[:600]
+    return {"nodes": list(nodes), "error": reason, "flags": [f"interconnect probe failed: {reason}"],
+            "expected_busbw_gbs": (cfg or {}).get("expected_busbw_gbs"), "min_fraction": (cfg or {}).get("min_fraction"),
+            "slow_scaling_below": (cfg or {}).get("slow_scaling_below", DEFAULTS["slow_scaling_below"])}
+
+
+def probe_record(text: str, nranks: int, cfg: dict, nodes, log: str | None = None) -> dict:
+    """A probe's record from its ``all_reduce_perf`` output (the table and NCCL's INFO lines)."""
+    nccl = parse_text(text)
+    if not nccl.rows:
+        return failed_probe(nodes, "; ".join(nccl.errors) or "no all_reduce_perf table in the log", cfg)
+    res = judge(nccl, nranks, expected_busbw_gbs=cfg.get("expected_busbw_gbs"), min_fraction=float(cfg["min_fraction"]))
+    return {**res.to_dict(), "nodes": list(nodes), "log": log, "avg_busbw_gbs": nccl.avg_busbw_gbs,
+            "slow_scaling_below": cfg.get("slow_scaling_below", DEFAULTS["slow_scaling_below"])}

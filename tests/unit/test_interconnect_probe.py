@@ -175,3 +175,35 @@ def test_result_report_and_flags_show_the_probe_and_the_attribution():
     assert row_flags(c2) == [*probe["flags"], c2["slow_attribution"]]
     md = "\n".join(probe_table(doc["cells"]))
     assert f"| c2 | node1, node2 | {probe['busbw_gbs']:,.1f} | not configured | NET/Socket |" in md and "c1 |" not in md
+
+
+def _slurm_job(trial, suite, **over):
+    from dlperf_tasks.remote.slurm_script import SlurmOptions
+    from dlperf_tasks.remote.slurm_trial import build_job
+
+    opts = SlurmOptions(shared_dir="/shared/dlperf", container="pyxis", **over)
+    return build_job(trial, suite, "run-1", opts, image="nvcr.io/nvidia/pytorch:25.10-py3", gpus_per_node=8)
+
+
+def test_on_slurm_the_probe_is_a_pmix_job_step_before_training_in_the_same_image():
+    suite, trial = _two_node_trial()
+    job = _slurm_job(trial, suite, interconnect_probe={"expected_busbw_gbs": 370, "timeout_s": 300})
+    probe_srun, train_srun = job.srun_lines[0], job.srun_lines[-1]
+    assert probe_srun.startswith("srun --nodes=2 --mpi=pmix --ntasks-per-node=8 --time=5 "
+                                 f"--output={job.log_dir}/probe.log --export=MASTER_ADDR,DLPERF_HOST_0,DLPERF_HOST_1 "
+                                 "'--container-image=nvcr.io#nvidia/pytorch:25.10-py3' ")
+    image_flags = [w for w in train_srun.split() if w.startswith("--container-image")]
+    assert image_flags == [w for w in probe_srun.split() if w.startswith("--container-image")]
+    script = job.script
+    assert script.index(probe_srun) < script.index(train_srun) and 'echo "dlperf-probe-exit: $?"' in script
+    step = script.split(f"cat > {job.log_dir}/probe.sh <<'DLPERF_STEP_END'\n", 1)[1].split("\nDLPERF_STEP_END", 1)[0]
+    assert "mpirun" not in step and "NCCL_DEBUG=INFO" in step
+    assert step.endswith("/usr/local/bin/all_reduce_perf_mpi -b 8 -e 8G -f 2 -g 1")
+    assert '{"expected_busbw_gbs": 370, "min_fraction": 0.8, "slow_scaling_below": 0.9}' in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    off = _slurm_job(trial, suite, interconnect_probe=False)  # the cluster file's opt-out
+    assert "probe" not in off.script and len(off.srun_lines) == 1
+    bad = _slurm_job(trial, suite, interconnect_probe={"min_fraction": 2})  # recorded, training still runs
+    assert "probe.sh" not in bad.script and "min_fraction = 2 must be in (0, 1]" in bad.script
+    one = next(pt.trial for pt in plan(suite, {"trials": 1}).trials if pt.trial.cell.topology.nodes == 1)
+    assert "probe" not in _slurm_job(one, suite).script
