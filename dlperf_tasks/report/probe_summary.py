@@ -4,7 +4,7 @@ for result.json, report.md and every surface that shows a cell's flags.
 Each trial record carries the probe run on its nodes before it (``engine/probe.py``; one probe per
 node set). The cell's ``interconnect`` entry is the probe with the lowest bus bandwidth (a failed
 probe counts lowest), the others' node sets and figures under ``probes``, and the flags of all of
-them. :func:`annotate` adds the attribution of a slow cell (scaling efficiency below the probe's
+them. :func:`annotate` adds the attribution of a slow probed cell (scaling efficiency below the probe's
 ``slow_scaling_below``): the interconnect (probe flags), a straggler rank (the run's straggler scan,
 ``run.stragglers``) or, when neither moved, the compute side (``measure/interconnect.attribute``).
 """
@@ -43,13 +43,15 @@ def cell_interconnect(trials: Iterable[Any]) -> dict[str, Any] | None:
 
 
 def annotate(result: dict[str, Any]) -> None:
-    """Put each slow multi-node cell's attribution in its ``slow_attribution`` (in place)."""
+    """Put each slow probed multi-node cell's attribution in its ``slow_attribution`` (in place)."""
     reports = ((result.get("run") or {}).get("stragglers") or {}).get("trials") or []
     slow_by_trial = {r.get("trial_id"): list(r.get("slow") or []) for r in reports if isinstance(r, Mapping)}
     for c in result.get("cells") or []:
         if not isinstance(c.get("nodes"), int) or c["nodes"] < 2:
             continue
         probe = c.get("interconnect") if isinstance(c.get("interconnect"), Mapping) else None
+        if probe is None:  # not probed (the suite declares no probe, or it is switched off)
+            continue
         below = float((probe or {}).get("slow_scaling_below") or DEFAULTS["slow_scaling_below"])
         ids = {f"{c.get('cell_id')}/t{t.get('index')}" for t in c.get("trials") or []}
         stragglers = sorted({n for tid in ids for n in slow_by_trial.get(tid, [])})

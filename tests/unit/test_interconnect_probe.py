@@ -167,10 +167,11 @@ def test_result_report_and_flags_show_the_probe_and_the_attribution():
     assert probe["flags"] == ["interconnect probe: NCCL fell back to sockets between nodes (no InfiniBand/RoCE transport)"]
     doc = {"run": {"stragglers": {"trials": [{"trial_id": "c2/t1", "slow": ["node2"]}]}},
            "cells": [{"cell_id": "c2", "nodes": 2, "scaling_efficiency": 0.7, "trials": [{"index": 1}], "interconnect": probe},
-                     {"cell_id": "c1", "nodes": 1, "scaling_efficiency": 0.5, "trials": [{"index": 1}]}]}
+                     {"cell_id": "c1", "nodes": 1, "scaling_efficiency": 0.5, "trials": [{"index": 1}]},
+                     {"cell_id": "c3", "nodes": 2, "scaling_efficiency": 0.5, "trials": [{"index": 1}]}]}
     annotate(doc)
-    c2, c1 = doc["cells"]
-    assert "slow_attribution" not in c1
+    c2, c1, c3 = doc["cells"]
+    assert "slow_attribution" not in c1 and "slow_attribution" not in c3  # one node; not probed
     assert "NCCL fell back to sockets" in c2["slow_attribution"] and "node(s) node2" in c2["slow_attribution"]
     assert row_flags(c2) == [*probe["flags"], c2["slow_attribution"]]
     md = "\n".join(probe_table(doc["cells"]))
