@@ -169,6 +169,8 @@ SUITE_SCHEMA: dict = {
         # docs/decisions.md: adaptive trial count and node health/quarantine, opt-in
         "adaptive": {"type": ["boolean", "object"]},
         "node_health": {"type": ["boolean", "object"]},
+        # docs/interconnect-probe.md: nccl-tests all_reduce_perf before each multi-node cell
+        "interconnect_probe": {"type": ["boolean", "object"]},
         "requirements": _STR_LIST,
         "logs": {
             "type": "object",

@@ -305,7 +305,7 @@ def _upstream(data: dict, filename: str, problems: Problems) -> Upstream | None:
 def _extra(data: dict) -> dict[str, Any]:
     """Fields the Suite keeps as they are (requirements, logs, notes, decision settings, upstream note)."""
     extra = {k: data[k] for k in ("requirements", "logs", "notes", "plausible_max_per_gpu", "adaptive",
-                                  "node_health") if k in data}
+                                  "node_health", "interconnect_probe") if k in data}
     if data.get("upstream") and data["upstream"].get("note"):
         extra["upstream_note"] = data["upstream"]["note"].strip()
     return extra

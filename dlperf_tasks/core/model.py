@@ -256,6 +256,8 @@ class TrialResult:
     finished_at: float | None = None
     #: what each node ran the trial with: ``{node: {"gpu_model": nvidia-smi name, "image_digest": repo@sha256}}``
     node_env: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    #: the interconnect probe run on the trial's nodes before it (multi-node cells; engine/probe.py)
+    interconnect: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.samples = as_samples(self.samples)

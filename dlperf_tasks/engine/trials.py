@@ -39,6 +39,7 @@ from dlperf_tasks.engine.trialstate import telemetry_stop
 from dlperf_tasks.remote.trial import finish_trial
 from dlperf_tasks.remote.trial import watch_then_finish
 from dlperf_tasks.engine.placement import usable_nodes
+from dlperf_tasks.engine.probe import run_probe
 from dlperf_tasks.remote.allocation import lease_group
 from dlperf_tasks.remote.ssh import SSHPool
 from dlperf_tasks.engine.trialstate import release_leases
@@ -104,15 +105,21 @@ def start_on_nodes(cluster, nodes: list[str], trial: Trial, suite, rd: RunDir, *
     """Start the trial on ``nodes`` (held by the caller): telemetry sampler, then the remote
     runner's jobs; the started trial's state (plain data, see :mod:`dlperf_tasks.remote.trial`).
     ``watch``: the attempt, time limits and unreachable grace (progress goes to ``display``)."""
+    facts = facts if facts is not None else rd.load_facts(nodes)
+    # a multi-node cell: the interconnect probe on the same nodes and image first (engine/probe.py)
+    probe = run_probe(cluster, nodes, trial, suite, rd, pool=pool, runtime=runtime, facts=facts,
+                      stop_event=(watch or TrialWatch()).stop_event)
     # telemetry; the image's MOFED is compared with the host's (docker runtime only)
     tele = telemetry_start(pool, nodes, trial, getattr(runtime, "image", None))
     try:
         state = start_trial(cluster, nodes, trial, suite, rd.run_id, pool=pool, runtime=runtime,
-                            facts=facts if facts is not None else rd.load_facts(nodes), watch=_watch(watch, display))
+                            facts=facts, watch=_watch(watch, display))
     except BaseException:
         telemetry_abort(pool, tele)
         raise
     state["telemetry"] = tele
+    if probe is not None:
+        state["interconnect"] = probe
     return state
 
 
@@ -120,8 +127,10 @@ def finish_on_nodes(cluster, state: TrialState, verdict: Verdict | None, suite, 
                     display=None, watch: TrialWatch | None = None) -> TrialResult:
     """Finish a started trial (this process or another one): the runner's finish, then telemetry."""
     try:
-        return finish_trial(cluster, state, verdict, suite, rd.path, pool=pool, runtime=runtime,
-                            watch=_watch(watch, display))
+        res = finish_trial(cluster, state, verdict, suite, rd.path, pool=pool, runtime=runtime,
+                           watch=_watch(watch, display))
+        res.interconnect = state.get("interconnect")
+        return res
     finally:
         telemetry_stop(pool, state.get("telemetry"), Trial.from_dict(state["trial"]), rd.path)
 

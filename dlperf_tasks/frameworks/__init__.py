@@ -26,6 +26,7 @@ _MODULES = {
     "megatron_bridge": "dlperf_tasks.frameworks.megatron_bridge:MegatronBridge",
     "torchtitan_llama": "dlperf_tasks.frameworks.torchtitan_llama:TorchtitanLlama",
     "smoke_bert": "dlperf_tasks.frameworks.smoke_bert:SmokeBert",
+    "nccl_probe": "dlperf_tasks.frameworks._nccl_probe:NcclProbe",  # the interconnect probe (engine/probe.py)
 }
 
 _CACHE: dict[str, Framework] = {}

@@ -249,6 +249,8 @@ class Cluster:
     source: str = ""
     #: images the cluster's own registry mirrors (e.g. ``127.0.0.1:5000/nvidia/pytorch:20.06-py3``)
     images: tuple[str, ...] = ()
+    #: the interconnect probe's settings for this cluster's links (docs/interconnect-probe.md)
+    interconnect_probe: Mapping[str, Any] | bool | None = None
 
     def __post_init__(self):
         if not self.nodes:
@@ -273,7 +275,7 @@ class Cluster:
     def subset(self, names: Iterable[str]) -> "Cluster":
         wanted = list(names)
         return Cluster(tuple(self.node(n) for n in wanted), name=self.name, registry=self.registry,
-                       source=self.source, images=self.images)
+                       source=self.source, images=self.images, interconnect_probe=self.interconnect_probe)
 
     def public_dict(self) -> dict[str, Any]:
         return {"name": self.name, "nodes": [n.public_dict() for n in self.nodes]}
@@ -331,8 +333,11 @@ class Cluster:
         images = data.get("images") or ()
         if not isinstance(images, (list, tuple)):
             raise RemoteError(f"{source}: 'images' must be a list of image references")
+        probe = data.get("interconnect_probe")
+        if probe is not None and not isinstance(probe, (Mapping, bool)):
+            raise RemoteError(f"{source}: 'interconnect_probe' must be a mapping or true/false")
         return cls(tuple(nodes), name=str(data.get("name") or "cluster"), registry=registry, source=source,
-                   images=tuple(str(i) for i in images))
+                   images=tuple(str(i) for i in images), interconnect_probe=probe)
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "Cluster":

@@ -36,6 +36,8 @@ Every error is one line naming the file and the field (``slurm.partition``, ``lo
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import re
 from dataclasses import dataclass
@@ -47,7 +49,7 @@ from dlperf_tasks.core.errors import CatalogError, RemoteError
 from dlperf_tasks.remote.inventory import Cluster, Node
 
 CONTAINER_MODES = ("pyxis", "apptainer", "singularity", "none")
-_TOP_KEYS = {"name", "scheduler", "login", "defaults", "slurm", "registry", "images"}
+_TOP_KEYS = {"name", "scheduler", "login", "defaults", "slurm", "registry", "images", "interconnect_probe"}
 _SLURM_KEYS = {"partition", "account", "qos", "reservation", "time_limit", "gpus_per_node", "work_dir", "container",
                "max_in_flight", "exclude", "mpi", "check_image"}
 #: Slurm object names (partition, account, QoS, reservation, node): they go into sbatch lines
@@ -107,6 +109,8 @@ class SlurmSettings:
     exclude: tuple[str, ...] = ()
     mpi: str = "pmix"
     check_image: str | None = None
+    #: the cluster file's top-level ``interconnect_probe`` (docs/interconnect-probe.md)
+    interconnect_probe: Mapping[str, Any] | bool | None = None
 
     @property
     def time_limit(self) -> str:
@@ -166,6 +170,10 @@ class SlurmCluster:
             raise RemoteError(f"{source}: unknown key(s) {unknown} in a Slurm cluster file; known: {sorted(_TOP_KEYS)}")
         login = _login_nodes(data.get("login"), data.get("defaults") or {}, source)
         slurm = _settings(data.get("slurm"), source)
+        probe = data.get("interconnect_probe")
+        if probe is not None and not isinstance(probe, (Mapping, bool)):
+            raise RemoteError(f"{source}: interconnect_probe: must be a mapping or true/false")
+        slurm = dataclasses.replace(slurm, interconnect_probe=probe)
         reg = data.get("registry")
         if reg is not None and (not isinstance(reg, Mapping) or not reg.get("server")):
             raise RemoteError(f"{source}: registry: needs 'server'")

@@ -12,6 +12,10 @@
 * Containers: ``pyxis`` (``--container-image=<image@digest>``, ``--container-mounts``,
   ``--container-workdir``: options of NVIDIA/pyxis's README), ``apptainer`` / ``singularity``
   (``apptainer exec --nv docker://<image>``), ``none`` (software on the nodes).
+* The interconnect probe (multi-node cells whose suite declares one): nccl-tests ``all_reduce_perf``
+  as a step before training, ``srun --mpi=pmix`` with one task per GPU in the same image (as NVIDIA's
+  CloudAI guide runs ``srun --mpi=pmix --container-image=... all_reduce_perf_mpi``), its output in
+  ``<log dir>/probe.log``, what its verdict needs in ``probe.json``; its failure never stops the job.
 * Telemetry samplers run as an overlapping step (``srun --overlap``) on every node, stopped after the
   training step. Per-rank output goes to the shared log directory (``%n`` = node id), which the
   runtime copies into the run dir afterwards.
@@ -22,9 +26,11 @@ only known inside the job, enter the commands as ``"${DLPERF_HOST_<k>}"`` in pla
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 from dlperf_tasks.core.errors import PlanError
 from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
@@ -58,6 +64,7 @@ class SlurmOptions:
     exclude: tuple[str, ...] = ()  # quarantined node names
     gres: bool = True  # ask for --gpus-per-node (clusters without GPU gres set it False)
     mpi: str = "pmix"  # srun --mpi= for the suites the seeds launched with mpirun
+    interconnect_probe: Any = None  # the cluster file's interconnect_probe (docs/interconnect-probe.md)
 
     def __post_init__(self) -> None:
         for key in ("partition", "account", "qos", "reservation"):
@@ -86,7 +93,20 @@ def options_of(settings, quarantined=()) -> SlurmOptions:
     return SlurmOptions(shared_dir=settings.work_dir, partition=settings.partition, account=settings.account,
                         qos=settings.qos, reservation=settings.reservation, time_limit=settings.time_limit,
                         container=settings.container, mpi=settings.mpi,
+                        interconnect_probe=getattr(settings, "interconnect_probe", None),
                         exclude=tuple(sorted({*settings.exclude, *quarantined})))
+
+
+@dataclass(frozen=True)
+class ProbeStep:
+    """The interconnect probe as the job's first step (multi-node cells): nccl-tests' mpirun launch
+    (``frameworks/_nccl_probe.py``, its ``mpirun`` replaced by ``srun --mpi``), what the verdict needs
+    (written to ``<log dir>/probe.json``; ``{"error": ...}`` alone when the settings were refused and no
+    step runs) and the step's time limit."""
+
+    spec: LaunchSpec | None
+    verdict: dict[str, Any]
+    time_s: int = 600
 
 
 @dataclass
@@ -191,14 +211,40 @@ def sbatch_argv(opts: SlurmOptions, name: str, nodes: int, gpus_per_node: int, l
     return argv
 
 
+def _probe_lines(opts: SlurmOptions, probe: ProbeStep, *, log_dir: str, nodes: int, gpus_per_node: int,
+                 image: str | None, env: dict[str, str], export: list[str], mpirun: str) -> tuple[list[str], str | None]:
+    """The batch script's lines of the probe step (before training; its failure never stops the job)."""
+    lines = [f"cat > {shlex.quote(log_dir + '/probe.json')} <<'{_STEP_END}'", json.dumps(probe.verdict, sort_keys=True),
+             _STEP_END]
+    if probe.spec is None:
+        return lines, None
+    prefix, script = mpi_script_argv(list(probe.spec.argv), mpirun)
+    task = command_line(LaunchSpec(argv=prefix + script, env=probe.spec.env, workdir=probe.spec.workdir), env)
+    if opts.container == "pyxis":
+        task = "export PATH\n" + task
+    elif opts.container in ("apptainer", "singularity"):
+        task = wrap_command(opts, image, task)
+    if _STEP_END in task.splitlines():
+        raise PlanError(f"slurm: the probe command contains a line {_STEP_END!r}")
+    step_file = f"{log_dir}/probe.sh"
+    step = ["srun", f"--nodes={nodes}", f"--mpi={opts.mpi}", f"--ntasks-per-node={gpus_per_node}",
+            f"--time={max(1, -(-probe.time_s // 60))}", f"--output={log_dir}/probe.log", *export,
+            *container_flags(opts, image, probe.spec.workdir)]
+    srun = " ".join(quote_word(w) for w in step) + " /bin/bash " + shlex.quote(step_file)
+    lines += [f"cat > {shlex.quote(step_file)} <<'{_STEP_END}'", task, _STEP_END, srun,
+              'echo "dlperf-probe-exit: $?"']
+    return lines, srun
+
+
 def render_job(opts: SlurmOptions, *, run_id: str, trial_key: str, attempt: int, launch_mode: str,
                specs: list[LaunchSpec], nodes: int, gpus_per_node: int, image: str | None,
                env: dict[str, str] | None = None, telemetry: list[str] | None = None,
-               mpirun: str = "mpirun") -> SlurmJob:
+               mpirun: str = "mpirun", probe: ProbeStep | None = None) -> SlurmJob:
     """The job of one trial attempt. ``specs`` are the frameworks' launches for the placeholder nodes
     (:func:`placeholder_nodes`): one per node for ``per_node``, node 0's only for ``mpi``.
     ``env`` is added to every rank (``DLPERF_OUT``, the trial key); ``telemetry`` are sampler shell
-    commands, each run on every node as an overlapping step writing ``<log dir>/telemetry/``."""
+    commands, each run on every node as an overlapping step writing ``<log dir>/telemetry/``. ``probe``:
+    the interconnect probe, a step before training on multi-node jobs (:class:`ProbeStep`)."""
     if launch_mode not in ("per_node", "mpi"):
         raise PlanError(f"slurm: unknown launch mode {launch_mode!r}")
     name = job_name(run_id, trial_key, attempt)
@@ -218,9 +264,11 @@ def render_job(opts: SlurmOptions, *, run_id: str, trial_key: str, attempt: int,
         task = command_line(LaunchSpec(argv=prefix + script, env=specs[0].env, workdir=workdir), env)
     if _STEP_END in task.splitlines():
         raise PlanError(f"slurm: a launch command contains a line {_STEP_END!r}")
+    export = []
     if opts.container == "pyxis":  # the image's own environment (PATH...), not the login shell's
         task = "export PATH  # bash's default when the image's environment has none\n" + task
-        step.append("--export=" + ",".join(["MASTER_ADDR", *[f"DLPERF_HOST_{k}" for k in range(nodes)]]))
+        export = ["--export=" + ",".join(["MASTER_ADDR", *[f"DLPERF_HOST_{k}" for k in range(nodes)]])]
+        step += export
     step += container_flags(opts, image, workdir)
     step_file = f"{log_dir}/step.sh"
     srun_train = " ".join(quote_word(w) for w in step) + " /bin/bash " + shlex.quote(step_file)
@@ -234,6 +282,11 @@ def render_job(opts: SlurmOptions, *, run_id: str, trial_key: str, attempt: int,
              wrap_command(opts, image, task) if opts.container in ("apptainer", "singularity") else task,
              _STEP_END]
     srun_lines = []
+    if probe is not None and nodes > 1:
+        plines, psrun = _probe_lines(opts, probe, log_dir=log_dir, nodes=nodes, gpus_per_node=gpus_per_node,
+                                     image=image, env=env, export=export, mpirun=mpirun)
+        lines += plines
+        srun_lines += [psrun] if psrun else []
     samplers = []
     for i, cmd in enumerate(telemetry or []):
         tel = ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1",

@@ -11,6 +11,7 @@ credentials file, Apptainer's): nothing here writes one on the cluster.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +22,14 @@ from dlperf_tasks.catalog.nodefiles import node_files_dir
 from dlperf_tasks.catalog.shipping import put_node_files
 from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
+from dlperf_tasks.frameworks._nccl_probe import probe_launcher
 from dlperf_tasks.frameworks.launchspec import LaunchSpec
 from dlperf_tasks.measure.extract import gate_run_logs
+from dlperf_tasks.measure.interconnect import failed_probe, probe_record, probe_settings
 from dlperf_tasks.remote import slurm_jobs
 from dlperf_tasks.remote.dockercmd import TRIAL_ENV, expand
 from dlperf_tasks.remote.slurm_jobs import JobState
-from dlperf_tasks.remote.slurm_script import SlurmJob, SlurmOptions, placeholder_nodes, render_job
+from dlperf_tasks.remote.slurm_script import ProbeStep, SlurmJob, SlurmOptions, placeholder_nodes, render_job
 from dlperf_tasks.remote.ssh import SSHPool
 
 
@@ -54,7 +57,50 @@ def build_job(trial: Trial, suite, run_id: str, opts: SlurmOptions, *, image: st
     return render_job(opts, run_id=run_id, trial_key=trial.key, attempt=attempt, launch_mode=fw.launch_mode,
                       specs=launches, nodes=topo.nodes, gpus_per_node=gpus_per_node, image=image,
                       env={TRIAL_ENV: trial.key}, telemetry=telemetry,
-                      mpirun=str(settings.get("mpirun") or "mpirun"))
+                      mpirun=str(settings.get("mpirun") or "mpirun"),
+                      probe=probe_step(trial, suite, opts, specs, env))
+
+
+def probe_step(trial: Trial, suite, opts: SlurmOptions, specs, env: dict) -> ProbeStep | None:
+    """The interconnect probe of a multi-node trial (None: one node, or the suite declares none / the
+    cluster file switched it off). Refused settings give a step that only records why."""
+    if trial.cell.topology.nodes < 2:
+        return None
+    try:
+        cfg = probe_settings((getattr(suite, "extra", None) or {}).get("interconnect_probe"), opts.interconnect_probe,
+                             where=f"interconnect_probe (suite {suite.id}, Slurm cluster file)")
+        if cfg is None:
+            return None
+        launch = probe_launcher(suite.launcher, cfg)
+        if env:
+            launch["env"] = {**env, **(launch.get("env") or {})}
+        spec = frameworks.get("nccl_probe").checked_launch(trial, 0, specs, launch)
+    except ValueError as exc:
+        return ProbeStep(None, failed_probe([], str(exc)))
+    verdict = {k: cfg[k] for k in ("expected_busbw_gbs", "min_fraction", "slow_scaling_below")}
+    return ProbeStep(spec, verdict, int(cfg["timeout_s"]))
+
+
+def collect_probe(pool: SSHPool, login: str, log_dir: str, trial: Trial, out_dir: Path, nodes: list[str]) -> dict | None:
+    """The probe's record of a job (None when its job had no probe step): ``probe.json`` and ``probe.log``
+    copied to ``out_dir/probes/<job>.{json,log}``, the log judged (``measure/interconnect.probe_record``)."""
+    base = Path(out_dir) / "probes" / Path(log_dir).name
+    base.parent.mkdir(parents=True, exist_ok=True)
+    if not pool.get(login, f"{log_dir}/probe.json", str(base) + ".json"):
+        return None
+    try:
+        cfg = json.loads(Path(str(base) + ".json").read_text())
+    except ValueError as exc:
+        return failed_probe(nodes, f"probe.json does not parse: {exc}")
+    if not isinstance(cfg, dict):
+        return failed_probe(nodes, "probe.json is not a mapping")
+    if cfg.get("error"):
+        return {**cfg, "nodes": nodes}
+    if not pool.get(login, f"{log_dir}/probe.log", str(base) + ".log"):
+        return failed_probe(nodes, "no probe.log: the probe step did not run", cfg)
+    text = Path(str(base) + ".log").read_text(errors="replace")
+    return probe_record(text, trial.cell.topology.world_size, cfg, nodes,
+                        log=str(Path("probes") / (Path(log_dir).name + ".log")))
 
 
 def suite_mounts(suite, opts: SlurmOptions) -> list[str]:
@@ -122,9 +168,11 @@ def gate_job(pool: SSHPool, login: str, log_dir: str, trial: Trial, st: JobState
         status, reason = TrialStatus.LAUNCH_FAILED, f"slurm job {st.job_id}: no {', '.join(missing)}"
     started = submitted_at + (st.queue_s or 0.0)
     finished = started + st.elapsed_s if st.elapsed_s is not None else time.time()
-    return gate_run_logs(trial, out_dir, exit_codes={f"job {st.job_id}": 0 if status is None else st.exit_code},
-                         runtime_status=status, runtime_reason=reason, nodes=[st.nodes] if st.nodes else [],
-                         started_at=started, finished_at=max(started, finished))
+    res = gate_run_logs(trial, out_dir, exit_codes={f"job {st.job_id}": 0 if status is None else st.exit_code},
+                        runtime_status=status, runtime_reason=reason, nodes=[st.nodes] if st.nodes else [],
+                        started_at=started, finished_at=max(started, finished))
+    res.interconnect = collect_probe(pool, login, log_dir, trial, out_dir, [st.nodes] if st.nodes else [])
+    return res
 
 
 @dataclass

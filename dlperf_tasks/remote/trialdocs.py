@@ -30,8 +30,8 @@ class TrialState(TypedDict, total=False):
     """A started trial: the trial (``Trial.to_dict``), run id, nodes in rank order, attempt, start
     time, ranks started, the jobs' watch (``JobsWatch.to_dict``; None when nothing started),
     ``failed`` when it could not start, the nodes found unreachable, each node's GPU model and image digest (``node_env``), and what the engine adds:
-    the telemetry sampler's document, the node leases and the image. A start that found no free
-    nodes returns only ``waiting`` (why)."""
+    the telemetry sampler's document, the node leases, the image and the interconnect probe's result
+    (``interconnect``, multi-node cells). A start that found no free nodes returns only ``waiting`` (why)."""
 
     trial: dict[str, Any]
     run_id: str
@@ -47,3 +47,4 @@ class TrialState(TypedDict, total=False):
     image: str | None
     waiting: str
     node_env: dict[str, dict[str, str | None]]
+    interconnect: dict[str, Any]

@@ -1,8 +1,9 @@
 """Flags a reader must see beside a cell's numbers: a noisy cell (CV of its valid
 trials above the bound, :data:`NOISY_CV`), a superlinear speedup
 (more than the cell's GPU count) or a scaling efficiency above 1, and an unsteady measurement
-window (speed still trending in some trials, dlperf_tasks/measure/steady.py), and a cell with no
-valid trial. The one wording of these flags, used by every surface that shows a cell: ``make run``'s
+window (speed still trending in some trials, dlperf_tasks/measure/steady.py), a cell with no
+valid trial, and the interconnect probe's flags with a slow multi-node cell's attribution
+(report/probe_summary.py). The one wording of these flags, used by every surface that shows a cell: ``make run``'s
 table (engine/outputs.py), report.md (report/markdown.py), ``dlperf results show`` and the results
 page (history/rows.py), the DAG run's note (history/links.py) and the Conbench export."""
 
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dlperf_tasks.report.llm_summary import llm_flags
+from dlperf_tasks.report.probe_summary import probe_flags
 
 # A cell whose trials spread more than this (stdev / mean) is flagged noisy: its median is not
 # worth comparing until the cause (thermal, a shared node, a straggler) is found.
@@ -32,7 +34,7 @@ def cell_flags(c: Mapping[str, Any], cv_bound: float = NOISY_CV) -> list[str]:
     if isinstance(st, Mapping) and st.get("steady") is False:
         out.append("unsteady window" + (f": {', '.join(map(str, st.get('unsteady_trials') or []))}"
                                         if st.get("unsteady_trials") else ""))
-    return out + llm_flags(c)
+    return out + llm_flags(c) + probe_flags(c)
 
 
 def row_flags(c: Mapping[str, Any]) -> list[str]:

@@ -55,7 +55,8 @@ def cell_llm(trials: Iterable[Any]) -> dict[str, Any] | None:
 
 
 def llm_flags(c: Mapping[str, Any]) -> list[str]:
-    """The LLM flags of a cell: failed run checks, a reference outside its band, an interconnect flag."""
+    """The LLM flags of a cell: failed run checks, a reference outside its band, a TFLOP/s mismatch
+    (the interconnect probe's flags: report/probe_summary.py)."""
     llm = c.get("llm")
     out: list[str] = []
     if not isinstance(llm, Mapping):
@@ -70,9 +71,6 @@ def llm_flags(c: Mapping[str, Any]) -> list[str]:
     if up.get("mismatch"):
         out.append(f"TFLOP/s/GPU printed by the framework differs by {up.get('diff_pct')}% from dlperf's "
                    f"({up.get('convention')} convention)")
-    probe = c.get("interconnect")
-    if isinstance(probe, Mapping):
-        out += [str(f) for f in probe.get("flags") or []]
     return out
 
 

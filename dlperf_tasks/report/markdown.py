@@ -29,6 +29,7 @@ from typing import Any
 from dlperf_tasks.report.numbers import num2, pct
 from dlperf_tasks.report.flags import flags_lines
 from dlperf_tasks.report.llm_summary import llm_table
+from dlperf_tasks.report.probe_summary import probe_table
 
 _TP_HEADER = ["node_num", "gpu_num", "samples/s", "speedup"]
 _FULL_HEADER = ["node_num", "gpu_num", "median", "average", "min", "max", "stdev", "cv %",
@@ -231,6 +232,7 @@ def render_markdown(result: Mapping[str, Any], *, full: bool = True, trials: boo
         out += ["### latency and memory per case", "", latency_table(latency), "", memory_note(latency), ""]
 
     out += llm_table(cells)
+    out += probe_table(cells)
     out += flags_lines(cells)
     if trials:
         out += ["## Per-trial speeds", ""]

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from dlperf_tasks.report.llm_summary import cell_llm
+from dlperf_tasks.report.probe_summary import annotate, cell_interconnect
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.core.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
 from dlperf_tasks.measure.extract import dlperf_model_key
@@ -141,6 +142,7 @@ def trial_to_dict(r: TrialResult, samples_of: Callable[[TrialResult], Any] | Non
         "started_at": r.started_at,
         "finished_at": r.finished_at,
         **({"node_env": {n: dict(e) for n, e in r.node_env.items()}} if r.node_env else {}),
+        **({"interconnect": dict(r.interconnect)} if r.interconnect else {}),
     }
 
 
@@ -181,7 +183,8 @@ def trial_from_dict(cell: Cell, d: Mapping[str, Any]) -> TrialResult:
         metric=metric, samples=samples, log_paths=list(d.get("logs") or ([d["log"]] if d.get("log") else [])),
         nodes=list(d.get("node_names", [])), exit_codes=dict(d.get("exit_codes", {})),
         started_at=d.get("started_at"), finished_at=d.get("finished_at"),
-        node_env={str(n): dict(e) for n, e in (d.get("node_env") or {}).items() if isinstance(e, Mapping)})
+        node_env={str(n): dict(e) for n, e in (d.get("node_env") or {}).items() if isinstance(e, Mapping)},
+        interconnect=dict(d["interconnect"]) if isinstance(d.get("interconnect"), Mapping) else None)
 
 
 TRIAL_RECORD_VERSION = 1
@@ -255,6 +258,7 @@ def cell_to_dict(st: CellStats, samples_of: Callable[[TrialResult], Any] | None 
         "throughput": st.throughput,
         "trials": [trial_to_dict(t, samples_of) for t in st.trials],
         **({"llm": llm} if (llm := cell_llm(st.trials)) is not None else {}),
+        **({"interconnect": probe} if (probe := cell_interconnect(st.trials)) is not None else {}),
     }
 
 
@@ -292,12 +296,14 @@ def build_result(cells: list[CellStats], run: Mapping[str, Any] | None = None, *
     lat = _latency_dict(cells)
     if lat:
         dl["latency"] = lat
-    return {
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "run": run_meta,
         "cells": [cell_to_dict(st, samples_of) for st in cells],
         "dlperf": dl,
     }
+    annotate(doc)  # a slow multi-node cell: interconnect, straggler rank or compute side
+    return doc
 
 
 def dumps(result: Mapping[str, Any]) -> str:

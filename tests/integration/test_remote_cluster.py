@@ -105,9 +105,14 @@ def test_per_node_sweep_1n1g_to_4n8g_exact(sim_cluster_env, tmp_path):
 
 
 def test_mpi_sweep_exact(sim_cluster_env, tmp_path):
+    """An MPI sweep across the nodes' containers; its 2-node cell is probed first (nccl-tests
+    ``all_reduce_perf`` through the same mpirun and image, engine/probe.py): the stand-in's links give
+    150 GB/s algbw at the top, below 80 % of the 400 GB/s the suite expects, so the cell is flagged and,
+    being slow (scaling efficiency 0.78), attributed to the interconnect."""
     sim = sim_cluster_env
     speeds = {"1n1g": 120.5, "2n8g": 1500.5}
-    suite = sim_suite(tmp_path, "mxnet-bert", "mx", speeds)
+    probe = {"expected_busbw_gbs": 400.0, "max_bytes": "64M", "timeout_s": 90, "env": {"DLPERF_STANDIN_ALGBW": "150"}}
+    suite = sim_suite(tmp_path, "mxnet-bert", "mx", speeds, interconnect_probe=probe)
     p = plan(suite, {"batch_sizes": "32", "trials": 1})
     # the simulated nodes' own sshd listens on 2222, the suite's container sshd port: use another
     res = run_sweep(suite, p, Cluster.from_yaml(sim.yaml_path), tmp_path / "out",
@@ -119,7 +124,17 @@ def test_mpi_sweep_exact(sim_cluster_env, tmp_path):
     nodes = cells["2n8g"]["trials"][0]["node_names"]
     assert sorted(two[nodes[0]] + two[nodes[1]]) == list(range(16))
     assert two[nodes[0]] == list(range(8))  # mpirun -H fills node 0 first (-map-by slot)
-    assert_idle(sim, res)
+    ic = cells["2n8g"]["interconnect"]
+    assert "interconnect" not in cells["1n1g"] and cells["2n8g"]["trials"][0]["interconnect"]["nodes"] == nodes
+    assert ic["nranks"] == 16 and ic["transports"] == ["NET/IB"] and ic["sizes"][-1]["bytes"] == 64 << 20
+    assert ic["busbw_gbs"] == pytest.approx(ic["sizes"][-1]["algbw_gbs"] * 2 * 15 / 16) and 250 < ic["busbw_gbs"] < 320
+    assert ic["flags"] == [f"interconnect probe: bus bandwidth {ic['busbw_gbs']:.1f} GB/s is below 80% of the "
+                           "expected 400.0 GB/s"]
+    assert cells["2n8g"]["slow_attribution"].startswith("slow cell (scaling efficiency 0.78 < 0.90): the interconnect moved")
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Interconnect probe" in report and f"| {cells['2n8g']['cell_id']} | {nodes[0]}, {nodes[1]} |" in report
+    assert (tmp_path / "out" / ic["log"]).read_text().count(" via NET/IB/0") == 16  # every rank's NCCL INFO line
+    assert_idle(sim, res)  # the probe's containers and processes too (same run id)
 
 
 def test_hang_detected_within_limit(sim_cluster_env, tmp_path):

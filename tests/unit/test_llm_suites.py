@@ -232,7 +232,7 @@ def test_the_standin_is_as_strict_as_the_entry_points():
 def test_standin_all_reduce_perf_prints_the_nccl_tests_table_the_probe_reads():
     for net, flagged in (("IB", False), ("Socket", True)):
         res = _standin("usr/local/bin/all_reduce_perf", ["-b", "1M", "-e", "64M", "-f", "2", "-g", "8"], 0, 2,
-                       DLPERF_STANDIN_ALGBW="150", DLPERF_STANDIN_NCCL_NET=net)
+                       DLPERF_STANDIN_ALGBW="150", DLPERF_STANDIN_NCCL_NET=net, NCCL_DEBUG="INFO")
         assert res.returncode == 0, res.stderr
         nccl = parse_text(res.stdout)
         assert not nccl.errors and len(nccl.rows) == 7

@@ -1,5 +1,5 @@
 """Stand-ins for the LLM entry points: torchtitan's ``-m torchtitan.train``, Megatron-Bridge's
-``scripts/performance/run_script.py`` and nccl-tests' ``all_reduce_perf``.
+``scripts/performance/run_script.py`` (nccl-tests' ``all_reduce_perf``: ``dlperf_standin_nccl.py``).
 
 Each parses its command line against the upstream contract kept as data
 (``dlperf_standin_contracts/<name>.json``, read from the pinned commits by tools/gen_contracts.py):
@@ -12,18 +12,14 @@ is refused by name). The log lines have the upstream wording (formats, not code)
 * Megatron-Bridge ``training/utils/train_utils.py``: `` [date] iteration N/M | consumed samples: ...
   | elapsed time per iteration (ms): ... | throughput per GPU (TFLOP/s/GPU): ... | ... | number of
   skipped iterations: 0 | number of nan iterations: 0 |`` from the last rank.
-* nccl-tests ``src/common.cu``: the ``#  size count type redop root time algbw busbw #wrong`` table
-  and the ``# Avg bus bandwidth`` footer.
 
 Speed: ``DLPERF_STANDIN_TPS_PER_GPU`` (tokens/s per GPU, default 1000); ``DLPERF_STANDIN_TFLOPS``
-(what the log prints as TFLOP/s per GPU, default 400); nccl-tests ``DLPERF_STANDIN_ALGBW`` (GB/s at
-the largest size, default 100) and ``DLPERF_STANDIN_NCCL_NET`` (IB | Socket, default IB).
+(what the log prints as TFLOP/s per GPU, default 400).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import sys
 
 import dlperf_standin as S
@@ -102,46 +98,3 @@ def megatron_bridge_main(argv: list[str] | None = None) -> int:
                       f"grad norm: 1.500 | number of skipped iterations:   0 | number of nan iterations:   0 |")
         cfg.after_iteration(k, out)
     return 0
-
-
-def all_reduce_perf_main(argv: list[str] | None = None) -> int:
-    """nccl-tests ``all_reduce_perf -b MIN -e MAX -f FACTOR -g GPUS``: the size sweep table (rank 0)."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="all_reduce_perf")
-    for flag, dest, kind, default in (("-b", "minbytes", str, "8"), ("-e", "maxbytes", str, "128M"),
-                                      ("-f", "stepfactor", int, 2), ("-g", "ngpus", int, 1)):
-        p.add_argument(flag, dest=dest, type=kind, default=default)
-    a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    r = rank_env()
-    n = r["world"] * a.ngpus
-    net = os.environ.get("DLPERF_STANDIN_NCCL_NET", "IB")
-    top = _env_num("DLPERF_STANDIN_ALGBW", default=100.0)
-    if r["rank"] != 0:
-        return 0
-    out = sys.stdout
-    S._w(out, f"# nThread 1 nGpus {a.ngpus} minBytes {_bytes(a.minbytes)} maxBytes {_bytes(a.maxbytes)} "
-              f"step: {a.stepfactor}(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0")
-    S._w(out, f"node1:1:1 [0] NCCL INFO NET/{net} : Using [0]{'mlx5_0:1/IB' if net == 'IB' else 'eth0:10.0.0.1<0>'}")
-    S._w(out, f"node1:1:1 [0] NCCL INFO Channel 00/0 : {n // 2}[0] -> 0[0] [receive] via NET/{net}/0")
-    S._w(out, "#                                                              out-of-place                       in-place")
-    S._w(out, "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong")
-    S._w(out, "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)")
-    size, hi, busbws = _bytes(a.minbytes), _bytes(a.maxbytes), []
-    while size <= hi:
-        algbw = top * size / (size + hi / 64)  # latency-bound small sizes, the plateau at the top
-        bus = algbw * 2 * (n - 1) / n
-        us = size / (algbw * 1e3) if algbw > 0 else 0.0
-        busbws.append(bus)
-        row = f"{us:8.2f} {algbw:7.2f} {bus:7.2f}      0"
-        S._w(out, f"{size:12d}  {size // 4:12d}     float     sum      -1  {row}  {row}")
-        size *= a.stepfactor
-    S._w(out, "# Out of bounds values : 0 OK")
-    S._w(out, f"# Avg bus bandwidth    : {sum(busbws) / max(len(busbws), 1):.4f} ")
-    return 0
-
-
-def _bytes(text: str) -> int:
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = str(text).strip().upper()
-    return int(float(t[:-1]) * mult[t[-1]]) if t and t[-1] in mult else int(t)
