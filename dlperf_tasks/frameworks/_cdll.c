@@ -423,9 +423,79 @@ which(PyObject *Py_UNUSED(module), PyObject *args)
     return PyLong_FromUnsignedLongLong(found);
 }
 
+/* text(data, after_cr): a log piece's bytes as an ASCII str, what LogStream.feed's Python path makes of
+ * them in three passes: tqdm's block glyphs (the UTF-8 of U+2580-U+259F) read as '#', "\r\n" and a lone
+ * "\r" read as "\n", and a "\n" first dropped when after_cr (the piece before ended in "\r": its "\r\n"
+ * was cut in two). None when any other non-ASCII byte occurs (a glyph cut at the end included): the
+ * caller then decodes the piece itself. */
+static int
+glyph_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t j)
+{
+    return p[j] == 0xe2 && j + 2 < n && p[j + 1] == 0x96 && p[j + 2] >= 0x80 && p[j + 2] <= 0x9f;
+}
+
+/* 8 bytes of p[j..] hold no byte >= 0x80 and no '\r' */
+static int
+plain8(const unsigned char *p, Py_ssize_t j)
+{
+    uint64_t w;
+    memcpy(&w, p + j, 8);
+    uint64_t cr = w ^ 0x0d0d0d0d0d0d0d0dULL;
+    return ((w | ((cr - 0x0101010101010101ULL) & ~cr)) & 0x8080808080808080ULL) == 0;
+}
+
+static PyObject *
+text(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer buf;
+    int after_cr;
+    if (!PyArg_ParseTuple(args, "y*p:text", &buf, &after_cr))
+        return NULL;
+    const unsigned char *p = buf.buf;
+    Py_ssize_t n = buf.len, j = after_cr && n > 0 && p[0] == '\n';
+    PyObject *out = PyUnicode_New(n - j, 127);
+    if (out == NULL) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    unsigned char *o = PyUnicode_1BYTE_DATA(out), *o0 = o;
+    while (j < n) {
+        if (j + 8 <= n && plain8(p, j)) {
+            memcpy(o, p + j, 8);
+            o += 8;
+            j += 8;
+            continue;
+        }
+        unsigned char c = p[j];
+        if (c >= 0x80) {
+            if (!glyph_at(p, n, j)) {
+                PyBuffer_Release(&buf);
+                Py_DECREF(out);
+                Py_RETURN_NONE;
+            }
+            c = '#';
+            j += 2;
+        } else if (c == '\r') {
+            if (j + 1 < n && p[j + 1] == '\n') {
+                j++;
+                continue;
+            }
+            c = '\n';
+        }
+        *o++ = c;
+        j++;
+    }
+    PyBuffer_Release(&buf);
+    Py_ssize_t size = o - o0;
+    if (size < PyUnicode_GET_LENGTH(out) && PyUnicode_Resize(&out, size) < 0)
+        return NULL;
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O, "scan(block) -> (rest, epochs, steps, timestamps, losses) or None (use the Python path)"},
     {"which", which, METH_VARARGS, "which(text, literals) -> bit mask of the literals that occur, or None (non-ASCII)"},
+    {"text", text, METH_VARARGS, "text(data, after_cr) -> the bytes as an ASCII str (glyphs '#', newlines '\\n'), or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterable
 from operator import contains, sub
 
+from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, MAX_RECORDED, FactCollector, strip_tag
 from dlperf_tasks.core.model import LogFacts, ParsedLog, Sample, Samples
 
@@ -207,20 +208,26 @@ class LogStream:
     # ------------------------------------------------------------ feeding
     def feed(self, chunk: str | bytes | bytearray) -> None:
         """Add the next piece of the log (may end in the middle of a line)."""
-        if isinstance(chunk, (bytes, bytearray)):
-            if not chunk.isascii():
-                chunk = _BAR_GLYPHS.sub(b"#", chunk)
-            text = self._decoder.decode(bytes(chunk))
-        else:
-            text = chunk
-        if not text:
-            return
-        if self._after_cr and text[0] == "\n":
-            text = text[1:]
+        text = self._compiled_text(chunk) if isinstance(chunk, (bytes, bytearray)) else None
+        if text is not None:
+            self._after_cr = chunk[-1] == 13  # a "\r" last: a "\n" first in the next piece is its pair
             if not text:
-                self._after_cr = False
                 return
-        self._after_cr = text[-1] == "\r"
+        else:
+            if isinstance(chunk, (bytes, bytearray)):
+                if not chunk.isascii():
+                    chunk = _BAR_GLYPHS.sub(b"#", chunk)
+                text = self._decoder.decode(bytes(chunk))
+            else:
+                text = chunk
+            if not text:
+                return
+            if self._after_cr and text[0] == "\n":
+                text = text[1:]
+                if not text:
+                    self._after_cr = False
+                    return
+            self._after_cr = text[-1] == "\r"
         text = self._pending + text if self._pending else text
         cut = max(text.rfind("\n"), text.rfind("\r"))
         if cut < 0:
@@ -247,6 +254,16 @@ class LogStream:
             self._skipping = True
         if block:
             self._block(block)
+
+    def _compiled_text(self, chunk: bytes | bytearray) -> str | None:
+        """What :meth:`feed` makes of a non-empty piece that is not plain ASCII text (tqdm's glyphs read
+        as ``#``, its newlines as ``\\n``), in one compiled pass (:mod:`._native`); None: decode it here
+        (no compiled scanner, plain ASCII without ``\\r``, another non-ASCII character, or the decoder
+        holding the start of a character)."""
+        if _native.log_text is None or not chunk or (chunk.isascii() and b"\r" not in chunk) \
+                or self._decoder.getstate()[0]:
+            return None
+        return _native.log_text(chunk, self._after_cr)
 
     def close(self) -> ParsedLog:
         """End of the log: scan an unterminated last line, return :meth:`result`."""
