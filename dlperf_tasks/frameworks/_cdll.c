@@ -434,6 +434,54 @@ glyph_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t j)
     return p[j] == 0xe2 && j + 2 < n && p[j + 1] == 0x96 && p[j + 2] >= 0x80 && p[j + 2] <= 0x9f;
 }
 
+/* lines(text, literal): each line of the ASCII text that holds the literal, once, in order: what
+ * LogStream.lines_with yields (its texts), found with memchr on the literal's least common character
+ * instead of one str.find per line. None when the text is not ASCII. */
+static PyObject *
+lines(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *text, *lit;
+    if (!PyArg_ParseTuple(args, "UU:lines", &text, &lit))
+        return NULL;
+    if (!PyUnicode_IS_ASCII(lit) || PyUnicode_GET_LENGTH(lit) < 2) {
+        PyErr_SetString(PyExc_ValueError, "lines(): the literal is an ASCII str of at least 2 characters");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(text))
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(text), *l = PyUnicode_1BYTE_DATA(lit);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), len = PyUnicode_GET_LENGTH(lit), off = 0;
+    for (Py_ssize_t q = 1; q < len; q++)
+        if (commonness(l[q]) < commonness(l[off]))
+            off = q;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t j = off; j + (len - off) <= n;) {
+        const unsigned char *f = memchr(p + j, l[off], (size_t)(n - (len - off) - j + 1));
+        if (!f)
+            break;
+        j = f - p;
+        if (memcmp(p + j - off, l, (size_t)len) != 0) {
+            j++;
+            continue;
+        }
+        Py_ssize_t pos = j - off, start = pos, end;
+        while (start > 0 && p[start - 1] != '\n')
+            start--;
+        const unsigned char *nl = memchr(p + pos, '\n', (size_t)(n - pos));
+        end = nl ? nl - p : n - 1;  /* no newline: block[start:-1], as str.find's -1 slices */
+        if (!append_steal(out, PyUnicode_Substring(text, start, end < start ? start : end))) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (!nl)
+            break;
+        j = end + off;  /* the search goes on from the line's end */
+    }
+    return out;
+}
+
 /* 8 bytes of p[j..] hold no byte >= 0x80 and no '\r' */
 static int
 plain8(const unsigned char *p, Py_ssize_t j)
@@ -495,6 +543,7 @@ text(PyObject *Py_UNUSED(module), PyObject *args)
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O, "scan(block) -> (rest, epochs, steps, timestamps, losses) or None (use the Python path)"},
     {"which", which, METH_VARARGS, "which(text, literals) -> bit mask of the literals that occur, or None (non-ASCII)"},
+    {"lines", lines, METH_VARARGS, "lines(text, literal) -> the lines holding literal, or None (non-ASCII)"},
     {"text", text, METH_VARARGS, "text(data, after_cr) -> the bytes as an ASCII str (glyphs '#', newlines '\\n'), or None"},
     {NULL, NULL, 0, NULL},
 };

@@ -32,14 +32,13 @@ from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, MAX_RECORDED, FactCollector, strip_tag
 from dlperf_tasks.core.model import LogFacts, ParsedLog, Sample, Samples
 
-#: the UTF-8 of U+2580-U+259F (block elements): tqdm draws its bars with them (DLE logs are full of
-#: bars). Read as ``#``: they only ever draw bars, and a text without them is usually all ASCII,
-#: which CPython stores one byte a character: every search over it is then faster (~12 % of a
-#: PyTorch BERT parse). A glyph split between two pieces is left as it is (correct, only slower).
 #: the longest step line a parser with a :attr:`LogStream.step_marker` reads (gluon-nlp's are ~150
 #: characters; its Namespace lines, which may be longer, hold no step marker)
 MAX_STEP_LINE = 2048
 
+#: the UTF-8 of U+2580-U+259F (block elements): tqdm draws its bars with them. Read as ``#``: a text
+#: without them is usually all ASCII, which CPython stores one byte a character (faster searches).
+#: A glyph split between two pieces is left as it is (correct, only slower).
 _BAR_GLYPHS = re.compile(rb"\xe2\x96[\x80-\x9f]")
 
 #: a text left for the crash-marker scan at least this long is scanned once per distinct line
@@ -113,20 +112,6 @@ def long_lines(block: str, limit: int) -> list[tuple[int, int]]:
             out.append((start, end))
         lo = max(lo + step, end)
     return out
-
-
-def _long_line_at(block: str) -> int:
-    """Offset of a line longer than MAX_LINE in ``block``, or -1. Such a line covers a whole
-    aligned half-window of MAX_LINE/2 characters without a newline, so one ``find`` per half-window
-    (not a regex over every position) finds every candidate."""
-    half = MAX_LINE // 2
-    for lo in range(0, len(block), half):
-        if block.find("\n", lo, lo + half) < 0 and lo + half <= len(block):
-            start = block.rfind("\n", 0, lo) + 1
-            end = block.find("\n", lo)
-            if (end if end >= 0 else len(block)) - start > MAX_LINE:
-                return start
-    return -1
 
 
 #: the DLE/gluon-nlp ``Namespace(k=v, ...)`` and ``k=v`` flags (values without commas/spaces): a key
@@ -297,8 +282,7 @@ class LogStream:
             self.fc.error(f"log has more than {self.max_lines} lines (cap on lines per trial); "
                           "the rest was not read")
         if len(block) > MAX_LINE:
-            at = _long_line_at(block)
-            if at >= 0:
+            for at, _ in long_lines(block, MAX_LINE)[:1]:
                 self.fc.error(f"line {self.line_no(block, at)}: longer than {MAX_LINE} characters (cap)")
         self.fc.facts.lines += n
         try:
@@ -393,6 +377,13 @@ class LogStream:
             end = block.find("\n", pos)
             yield start, block[start:end]
             pos = block.find(literal, end)
+
+    @staticmethod
+    def lines_holding(block: str, literal: str) -> list[str]:
+        """The text of each line of ``block`` that holds ``literal`` (at least 2 characters), once:
+        :meth:`lines_with`'s texts, found in one compiled pass where it can (:mod:`._native`)."""
+        found = _native.lines(block, literal) if _native.lines is not None else None
+        return found if found is not None else [line for _, line in LogStream.lines_with(block, literal)]
 
     @staticmethod
     def rank_at(block: str, start: int) -> int | None:

@@ -98,7 +98,7 @@ class PytorchBertStream(LogStream):
                                    (4, "training_sequences_per_second", self._summary),
                                    (8, "torch.distributed.launch", self._launcher), (16, "torchrun", self._launcher)):
             if (found & bit) if found is not None else literal in block:
-                for _, line in self.lines_with(block, literal):
+                for line in self.lines_holding(block, literal):
                     read(line)
 
     def _summary(self, line: str) -> None:

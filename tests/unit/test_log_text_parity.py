@@ -1,4 +1,6 @@
-"""The compiled ``_native.log_text`` (``_cdll.text``) gives what ``LogStream.feed``'s Python path makes of
+"""The compiled ``_native.log_text`` (``_cdll.text``) and ``_native.lines`` give what the Python paths give.
+
+``log_text`` gives what ``LogStream.feed``'s Python path makes of
 a log's bytes: tqdm's bar glyphs read as ``#``, ``\\r\\n`` and ``\\r`` as ``\\n`` (a pair cut between two
 pieces too), None for any other non-ASCII byte (the Python decoder then reads the piece).
 
@@ -81,8 +83,22 @@ def _inputs() -> dict[str, bytes]:
 INPUTS = _inputs()
 
 
-def test_the_compiled_function_is_built():
-    assert _native.log_text is not None and "_cdll" not in _native.problems
+def test_the_compiled_functions_are_built():
+    assert _native.log_text is not None and _native.lines is not None and "_cdll" not in _native.problems
+
+
+LITERALS = ("PARAMETER", "training_sequences_per_second", "torch.distributed.launch", "ab", "a\nb", "zz")
+
+
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_lines_holding_a_literal_same_as_lines_with(name):
+    text = python_text(INPUTS[name])
+    for t in (text, text.rstrip("\n"), text + "ab", "ab" + text):
+        for literal in LITERALS:
+            want = [line for _, line in LogStream.lines_with(t, literal)]
+            got = _native.lines(t, literal)
+            assert got == (want if t.isascii() else None), (literal, t[:80])
+            assert LogStream.lines_holding(t, literal) == want
 
 
 @pytest.mark.parametrize("name", sorted(INPUTS))
