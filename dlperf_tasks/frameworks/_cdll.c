@@ -423,11 +423,11 @@ which(PyObject *Py_UNUSED(module), PyObject *args)
     return PyLong_FromUnsignedLongLong(found);
 }
 
-/* text(data, after_cr): a log piece's bytes as an ASCII str, what LogStream.feed's Python path makes of
- * them in three passes: tqdm's block glyphs (the UTF-8 of U+2580-U+259F) read as '#', "\r\n" and a lone
- * "\r" read as "\n", and a "\n" first dropped when after_cr (the piece before ended in "\r": its "\r\n"
- * was cut in two). None when any other non-ASCII byte occurs (a glyph cut at the end included): the
- * caller then decodes the piece itself. */
+/* text(data, after_cr) -> (text, newlines): a log piece's bytes as an ASCII str, what LogStream.feed's
+ * Python path makes of them in several passes: tqdm's block glyphs (the UTF-8 of U+2580-U+259F) read as
+ * '#', "\r\n" and a lone "\r" read as "\n", a "\n" first dropped when after_cr (the piece before ended
+ * in "\r": its "\r\n" was cut in two); and how many "\n" the text holds (str.count). None when any other
+ * non-ASCII byte occurs (a glyph cut at the end included): the caller then decodes the piece itself. */
 static int
 glyph_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t j)
 {
@@ -507,8 +507,14 @@ text(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     }
     unsigned char *o = PyUnicode_1BYTE_DATA(out), *o0 = o;
+    Py_ssize_t newlines = 0;
     while (j < n) {
         if (j + 8 <= n && plain8(p, j)) {
+            uint64_t w, y, lf;
+            memcpy(&w, p + j, 8);
+            y = w ^ 0x0a0a0a0a0a0a0a0aULL;  /* a zero byte where w has '\n' */
+            lf = ~(((y & 0x7f7f7f7f7f7f7f7fULL) + 0x7f7f7f7f7f7f7f7fULL) | y | 0x7f7f7f7f7f7f7f7fULL);
+            newlines += __builtin_popcountll(lf);  /* exactly one high bit per zero byte */
             memcpy(o, p + j, 8);
             o += 8;
             j += 8;
@@ -530,6 +536,7 @@ text(PyObject *Py_UNUSED(module), PyObject *args)
             }
             c = '\n';
         }
+        newlines += c == '\n';
         *o++ = c;
         j++;
     }
@@ -537,14 +544,14 @@ text(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t size = o - o0;
     if (size < PyUnicode_GET_LENGTH(out) && PyUnicode_Resize(&out, size) < 0)
         return NULL;
-    return out;
+    return Py_BuildValue("(Nn)", out, newlines);
 }
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O, "scan(block) -> (rest, epochs, steps, timestamps, losses) or None (use the Python path)"},
     {"which", which, METH_VARARGS, "which(text, literals) -> bit mask of the literals that occur, or None (non-ASCII)"},
     {"lines", lines, METH_VARARGS, "lines(text, literal) -> the lines holding literal, or None (non-ASCII)"},
-    {"text", text, METH_VARARGS, "text(data, after_cr) -> the bytes as an ASCII str (glyphs '#', newlines '\\n'), or None"},
+    {"text", text, METH_VARARGS, "text(data, after_cr) -> (the bytes as an ASCII str: glyphs '#', newlines '\\n'; its newlines) or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -193,8 +193,10 @@ class LogStream:
     # ------------------------------------------------------------ feeding
     def feed(self, chunk: str | bytes | bytearray) -> None:
         """Add the next piece of the log (may end in the middle of a line)."""
-        text = self._compiled_text(chunk) if isinstance(chunk, (bytes, bytearray)) else None
-        if text is not None:
+        compiled = self._compiled_text(chunk) if isinstance(chunk, (bytes, bytearray)) else None
+        newlines = None  # how many "\n" ``text`` holds, when the compiled pass counted them
+        if compiled is not None:
+            text, newlines = compiled
             self._after_cr = chunk[-1] == 13  # a "\r" last: a "\n" first in the next piece is its pair
             if not text:
                 return
@@ -232,17 +234,19 @@ class LogStream:
         if self._skipping:
             block = block[block.index("\n") + 1:]
             self._skipping = False
+            newlines = None if newlines is None else newlines - 1
         if len(self._pending) > MAX_LINE:
             self._long_line()
             block += self._pending[:MAX_LINE] + "\n"
             self._pending = ""
             self._skipping = True
+            newlines = None if newlines is None else newlines + 1
         if block:
-            self._block(block)
+            self._block(block, newlines)
 
-    def _compiled_text(self, chunk: bytes | bytearray) -> str | None:
+    def _compiled_text(self, chunk: bytes | bytearray) -> tuple[str, int] | None:
         """What :meth:`feed` makes of a non-empty piece that is not plain ASCII text (tqdm's glyphs read
-        as ``#``, its newlines as ``\\n``), in one compiled pass (:mod:`._native`); None: decode it here
+        as ``#``, its newlines as ``\\n``), in one compiled pass (:mod:`._native`), with its newline count; None: decode it here
         (no compiled scanner, plain ASCII without ``\\r``, another non-ASCII character, or the decoder
         holding the start of a character)."""
         if _native.log_text is None or not chunk or (chunk.isascii() and b"\r" not in chunk) \
@@ -265,12 +269,13 @@ class LogStream:
         self.fc.error(f"line {self._lineno + 1}: longer than {MAX_LINE} characters (cap; the rest of it "
                       "was not read)")
 
-    def _block(self, block: str) -> None:
+    def _block(self, block: str, newlines: int | None = None) -> None:
+        """Scan the complete lines of ``block`` (``newlines``: its count of them, None: count here)."""
         if self._capped:
             return
         if "\x00" in block:
             block = block.replace("\x00", "")
-        n = block.count("\n")
+        n = block.count("\n") if newlines is None else newlines
         if self.max_lines is not None and self._lineno + n > self.max_lines:
             keep = self.max_lines - self._lineno
             end = -1

@@ -17,6 +17,7 @@ import pytest
 
 from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks import pytorch_bert_stream as pb
+from dlperf_tasks.frameworks._lines import MAX_LINE
 from dlperf_tasks.frameworks._stream import _BAR_GLYPHS, LogStream
 
 FIXTURE = (Path(__file__).resolve().parents[1] / "data/fixture_logs/pytorch_bert/fp16_ngc_bert_b96/pytorch/1n1g"
@@ -74,6 +75,8 @@ def _inputs() -> dict[str, bytes]:
         "lf_first": b"\n\nz\n",
         "glyph_last": b"abc\n" + "█".encode(),
         "other_unicode": "naïve\r\n█ done\n".encode(),
+        # longer than MAX_LINE: the line is cut there and the rest of it skipped (line counts adjusted)
+        "over_long_line": b"a\r\n" + b"x" * (MAX_LINE + 100) + b"\r" + BAR * 3 + b"\n" + b"y" * (3 * MAX_LINE) + b"\r\nz\n",
     }
     for k in range(40):
         out[f"random_{k}"] = b"".join(rng.choice(atoms) for _ in range(rng.randint(1, 400)))
@@ -108,17 +111,20 @@ def test_same_as_the_python_reading(name):
     ascii_after_glyphs = _BAR_GLYPHS.sub(b"#", data).isascii()
     assert (got is not None) == ascii_after_glyphs
     if got is not None:
-        assert got == python_text(data)
-        assert got.isascii() and "\r" not in got
-        assert _native.log_text(data, True) == python_text(data[1:] if data.startswith(b"\n") else data)
+        want = python_text(data)
+        assert got == (want, want.count("\n"))
+        assert got[0].isascii() and "\r" not in got[0]
+        want = python_text(data[1:] if data.startswith(b"\n") else data)
+        assert _native.log_text(data, True) == (want, want.count("\n"))
 
 
 @pytest.mark.parametrize("name", sorted(INPUTS))
-@pytest.mark.parametrize("piece", [1 << 20, 4096, 97, 7, 1])
+@pytest.mark.parametrize("piece", [1 << 20, 4096, 97, 7])
 def test_feed_same_lines_and_facts(monkeypatch, name, piece):
     (fast_log, fast), (slow_log, slow), _ = both(monkeypatch, INPUTS[name], piece)
     assert "".join(fast.seen) == "".join(slow.seen)
-    assert repr(fast_log.facts) == repr(slow_log.facts)
+    assert repr(fast_log.facts) == repr(slow_log.facts)  # the line count included
+    assert fast_log.facts.lines == "".join(slow.seen).count("\n")
 
 
 @pytest.mark.parametrize("piece", [1 << 20, 4096, 777])
