@@ -117,9 +117,10 @@ def long_lines(block: str, limit: int) -> list[tuple[int, int]]:
 #: the DLE/gluon-nlp ``Namespace(k=v, ...)`` and ``k=v`` flags (values without commas/spaces): a key
 #: at the start of the text or after a space, comma or ``(``. Compiled as two patterns, one for the
 #: start and one that begins with that character class, so ``re`` skips to candidates at C speed
-#: (``(?:^|[\s,(])`` in front gives it no prefix to skip to: every position was tried, ~20 us a line)
+#: (``(?:^|[\s,(])`` in front gives it no prefix to skip to: every position would be tried). A name
+#: never starts with "-", so a ``--`` in front is taken for good (``?+``): no second try without it.
 _KV_NAME = r"[A-Za-z_][\w-]*"
-_KV_TAIL = r"(?:--)?({names})\s*=\s*('[^']*'|\"[^\"]*\"|[^\s,)]+)"
+_KV_TAIL = r"(?:--)?+({names})\s*=\s*('[^']*'|\"[^\"]*\"|[^\s,)]+)"
 
 
 def _kv_patterns(names: str) -> tuple[re.Pattern, re.Pattern]:
