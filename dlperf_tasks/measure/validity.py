@@ -115,8 +115,7 @@ def generic_problems(parsed: ParsedLog, window: Window, expected_ranks: list[int
         reasons.append(f"crash marker in log: {_fmt_list(list(dict.fromkeys(facts.crash_markers)))}")
     if facts.errors:
         reasons.append(f"unparsable lines: {_fmt_list(facts.errors)}")
-    its = facts.iterations_seen or sorted(set(parsed.samples.iteration))
-    reasons.extend(iteration_problems(its, window))
+    reasons.extend(iteration_problems(facts.iterations_seen or parsed.samples.iteration, window))
     if expected_ranks and facts.ranks_seen:  # only logs that name ranks (e.g. mpirun --tag-output)
         missing = sorted(set(expected_ranks) - set(facts.ranks_seen))
         if missing:
