@@ -21,4 +21,5 @@ cd "$work"
 PYTHONPATH="$work" LD_PRELOAD="$asan $ubsan" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 DLPERF_FUZZ_CASES="$cases" DLPERF_FUZZ_SEED="$seed" \
   "$py" -m pytest -q -p no:cacheprovider --noconftest tests/unit/test_cdll_fuzz.py tests/unit/test_cmxbert.py \
-    -k "mutated or one_by_one or fuzz or the_extension" -W ignore -x
+    tests/unit/test_log_text_parity.py \
+    -k "mutated or one_by_one or fuzz or the_extension or python_reading or feed_same or lines_holding" -W ignore -x

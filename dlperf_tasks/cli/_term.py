@@ -20,9 +20,15 @@ from typing import TextIO
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+#: printable ASCII, newline and tab: an ASCII text of only these holds nothing to escape
+_PLAIN_ASCII = bytes(range(0x20, 0x7F)) + b"\n\t"
+
+
 def escape(text: str) -> str:
     """``text`` with every C0/C1 control character (and DEL) but ``\\n`` and ``\\t`` as ``\\u00NN``."""
     text = str(text)
+    if text.isascii() and not text.encode("ascii").translate(None, _PLAIN_ASCII):  # the usual case
+        return text
     if text.isprintable():  # holds no control character (print() writes the newline on its own)
         return text
     return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -423,9 +423,135 @@ which(PyObject *Py_UNUSED(module), PyObject *args)
     return PyLong_FromUnsignedLongLong(found);
 }
 
+/* text(data, after_cr) -> (text, newlines): a log piece's bytes as an ASCII str, what LogStream.feed's
+ * Python path makes of them in several passes: tqdm's block glyphs (the UTF-8 of U+2580-U+259F) read as
+ * '#', "\r\n" and a lone "\r" read as "\n", a "\n" first dropped when after_cr (the piece before ended
+ * in "\r": its "\r\n" was cut in two); and how many "\n" the text holds (str.count). None when any other
+ * non-ASCII byte occurs (a glyph cut at the end included): the caller then decodes the piece itself. */
+static int
+glyph_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t j)
+{
+    return p[j] == 0xe2 && j + 2 < n && p[j + 1] == 0x96 && p[j + 2] >= 0x80 && p[j + 2] <= 0x9f;
+}
+
+/* lines(text, literal): each line of the ASCII text that holds the literal, once, in order: what
+ * LogStream.lines_with yields (its texts), found with memchr on the literal's least common character
+ * instead of one str.find per line. None when the text is not ASCII. */
+static PyObject *
+lines(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *text, *lit;
+    if (!PyArg_ParseTuple(args, "UU:lines", &text, &lit))
+        return NULL;
+    if (!PyUnicode_IS_ASCII(lit) || PyUnicode_GET_LENGTH(lit) < 2) {
+        PyErr_SetString(PyExc_ValueError, "lines(): the literal is an ASCII str of at least 2 characters");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(text))
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(text), *l = PyUnicode_1BYTE_DATA(lit);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), len = PyUnicode_GET_LENGTH(lit), off = 0;
+    for (Py_ssize_t q = 1; q < len; q++)
+        if (commonness(l[q]) < commonness(l[off]))
+            off = q;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t j = off; j + (len - off) <= n;) {
+        const unsigned char *f = memchr(p + j, l[off], (size_t)(n - (len - off) - j + 1));
+        if (!f)
+            break;
+        j = f - p;
+        if (memcmp(p + j - off, l, (size_t)len) != 0) {
+            j++;
+            continue;
+        }
+        Py_ssize_t pos = j - off, start = pos, end;
+        while (start > 0 && p[start - 1] != '\n')
+            start--;
+        const unsigned char *nl = memchr(p + pos, '\n', (size_t)(n - pos));
+        end = nl ? nl - p : n - 1;  /* no newline: block[start:-1], as str.find's -1 slices */
+        if (!append_steal(out, PyUnicode_Substring(text, start, end < start ? start : end))) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (!nl)
+            break;
+        j = end + off;  /* the search goes on from the line's end */
+    }
+    return out;
+}
+
+/* 8 bytes of p[j..] hold no byte >= 0x80 and no '\r' */
+static int
+plain8(const unsigned char *p, Py_ssize_t j)
+{
+    uint64_t w;
+    memcpy(&w, p + j, 8);
+    uint64_t cr = w ^ 0x0d0d0d0d0d0d0d0dULL;
+    return ((w | ((cr - 0x0101010101010101ULL) & ~cr)) & 0x8080808080808080ULL) == 0;
+}
+
+static PyObject *
+text(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer buf;
+    int after_cr;
+    if (!PyArg_ParseTuple(args, "y*p:text", &buf, &after_cr))
+        return NULL;
+    const unsigned char *p = buf.buf;
+    Py_ssize_t n = buf.len, j = after_cr && n > 0 && p[0] == '\n';
+    PyObject *out = PyUnicode_New(n - j, 127);
+    if (out == NULL) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    unsigned char *o = PyUnicode_1BYTE_DATA(out), *o0 = o;
+    Py_ssize_t newlines = 0;
+    while (j < n) {
+        if (j + 8 <= n && plain8(p, j)) {
+            uint64_t w, y, lf;
+            memcpy(&w, p + j, 8);
+            y = w ^ 0x0a0a0a0a0a0a0a0aULL;  /* a zero byte where w has '\n' */
+            lf = ~(((y & 0x7f7f7f7f7f7f7f7fULL) + 0x7f7f7f7f7f7f7f7fULL) | y | 0x7f7f7f7f7f7f7f7fULL);
+            newlines += __builtin_popcountll(lf);  /* exactly one high bit per zero byte */
+            memcpy(o, p + j, 8);
+            o += 8;
+            j += 8;
+            continue;
+        }
+        unsigned char c = p[j];
+        if (c >= 0x80) {
+            if (!glyph_at(p, n, j)) {
+                PyBuffer_Release(&buf);
+                Py_DECREF(out);
+                Py_RETURN_NONE;
+            }
+            c = '#';
+            j += 2;
+        } else if (c == '\r') {
+            if (j + 1 < n && p[j + 1] == '\n') {
+                j++;
+                continue;
+            }
+            c = '\n';
+        }
+        newlines += c == '\n';
+        *o++ = c;
+        j++;
+    }
+    PyBuffer_Release(&buf);
+    Py_ssize_t size = o - o0;
+    if (size < PyUnicode_GET_LENGTH(out) && PyUnicode_Resize(&out, size) < 0)
+        return NULL;
+    return Py_BuildValue("(Nn)", out, newlines);
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O, "scan(block) -> (rest, epochs, steps, timestamps, losses) or None (use the Python path)"},
     {"which", which, METH_VARARGS, "which(text, literals) -> bit mask of the literals that occur, or None (non-ASCII)"},
+    {"lines", lines, METH_VARARGS, "lines(text, literal) -> the lines holding literal, or None (non-ASCII)"},
+    {"text", text, METH_VARARGS, "text(data, after_cr) -> (the bytes as an ASCII str: glyphs '#', newlines '\\n'; its newlines) or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -289,7 +289,11 @@ def clock_seconds(day: float, hours: list[str], minutes: list[str], seconds: lis
     return list(map(add, map(base.__getitem__, hm), map(float, seconds)))
 
 
-def step_window(samples: list, stride: int | None, warmup: int, total: int, skip: int = 0):
+#: :func:`step_window`'s answer: the two samples that bound the window, or ``(None, needed_step)``
+StepSpan = tuple[Sample | None, Sample | int]
+
+
+def step_window(samples: list, stride: int | None, warmup: int, total: int, skip: int = 0) -> StepSpan:
     """The two logged samples that bound a window counted in **steps**, not lines.
 
     ``samples`` in file order (one per logged step). The log's origin is the step before its
@@ -325,16 +329,14 @@ def _first_at_least(values: list, bound) -> int | None:
     return next(compress(count(), map(ge, values, repeat(bound))), None)
 
 
-def window_problems(samples: list, stride: int | None, window, skip: int = 0, *, label: str = "step",
-                    after: str = "") -> list[str]:
+def window_problems(samples: list, span: StepSpan, window, *, label: str = "step", after: str = "") -> list[str]:
     """``check()`` of a timestamp-rule parser (PyTorch DLE, TF BERT): why :func:`step_window`
-    finds no window (the log stops too early: "only N of M iterations", counted in steps) or why
-    its two timestamps give no speed. ``label`` names a logged step ("step", "'Train Step'"),
-    ``after`` qualifies the count (" after the first 5 steps")."""
-    samples = as_samples(samples)
-    start, end = step_window(samples, stride, window.warmup, window.total, skip)
+    found no window (``span``, its answer; the log stops too early: "only N of M iterations",
+    counted in steps) or why its two timestamps give no speed. ``label`` names a logged step
+    ("step", "'Train Step'"), ``after`` qualifies the count (" after the first 5 steps")."""
+    start, end = span
     if start is None:
-        last = max(samples.iteration)
+        last = max(as_samples(samples).iteration)
         have = max(0, window.total - (end - last))
         return [f"only {have} of {window.total} iterations{after} (last {label} seen {last}, the window needs "
                 f"step {end}; counted in steps)"]

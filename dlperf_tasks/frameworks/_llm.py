@@ -14,6 +14,7 @@ from typing import Mapping
 
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
 from dlperf_tasks.frameworks._launch import env_from
+from dlperf_tasks.frameworks._lines import StepSpan
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.frameworks.launchspec import NodeSpec
 
@@ -64,7 +65,7 @@ class LlmFramework(Framework):
         """Tokens/s per GPU from the window's values (the framework's unit)."""
         return statistics.fmean(values)
 
-    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
+    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> TrialMetric:
         """The job's tokens/s (the seeds' convention: a cell's speed is the whole job's, per GPU is
         speed / GPUs, so speedup and scaling efficiency read as for the seed suites)."""
         per_gpu = self.tokens_per_gpu(self.window_values(parsed, window), cell)

@@ -1,10 +1,12 @@
 """The one seam to the compiled step-line scanners (``_cdll.c``, ``_cmxbert.c``; setup.py builds them).
 
-``dll_scan`` (PyTorch BERT's DLL step lines), ``mxbert_scan`` (gluon-nlp's ``[step N]`` lines) and
+``dll_scan`` (PyTorch BERT's DLL step lines), ``mxbert_scan`` (gluon-nlp's ``[step N]`` lines),
 ``literals`` (which of a tuple of literals occur in a text: PyTorch's literals and the crash hints, one
-pass) are the compiled functions, or None: not built (no C compiler), failed to load, or turned off with
+pass), ``lines`` (the lines of a text holding a literal) and ``log_text`` (a log piece's bytes as the text
+``LogStream.feed`` reads: tqdm's bar glyphs as ``#``, ``\r\n`` and ``\r`` as ``\n``, one pass) are the
+compiled functions, or None: not built (no C compiler), failed to load, or turned off with
 ``DLPERF_PURE_PYTHON=1``. A parser that gets None reads the same lines in Python, with the same results
-(tests/unit/test_cdll_parity.py, test_cmxbert.py). :func:`status` says which are in use;
+(tests/unit/test_cdll_parity.py, test_cmxbert.py, test_log_text_parity.py). :func:`status` says which are in use;
 ``dlperf --version`` and ``make install`` print it, so a missing build is never silent.
 """
 
@@ -41,6 +43,8 @@ def _load(name: str, function: str = "scan") -> Callable | None:
 dll_scan = _load("_cdll")
 mxbert_scan = _load("_cmxbert")
 literals = _load("_cdll", "which")
+log_text = _load("_cdll", "text")
+lines = _load("_cdll", "lines")
 
 
 def status() -> str:

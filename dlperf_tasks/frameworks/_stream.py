@@ -28,17 +28,17 @@ from collections import Counter
 from collections.abc import Iterable
 from operator import contains, sub
 
+from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks._lines import _CRASH_HINTS, MAX_LINE, MAX_RECORDED, FactCollector, strip_tag
 from dlperf_tasks.core.model import LogFacts, ParsedLog, Sample, Samples
 
-#: the UTF-8 of U+2580-U+259F (block elements): tqdm draws its bars with them (DLE logs are full of
-#: bars). Read as ``#``: they only ever draw bars, and a text without them is usually all ASCII,
-#: which CPython stores one byte a character: every search over it is then faster (~12 % of a
-#: PyTorch BERT parse). A glyph split between two pieces is left as it is (correct, only slower).
 #: the longest step line a parser with a :attr:`LogStream.step_marker` reads (gluon-nlp's are ~150
 #: characters; its Namespace lines, which may be longer, hold no step marker)
 MAX_STEP_LINE = 2048
 
+#: the UTF-8 of U+2580-U+259F (block elements): tqdm draws its bars with them. Read as ``#``: a text
+#: without them is usually all ASCII, which CPython stores one byte a character (faster searches).
+#: A glyph split between two pieces is left as it is (correct, only slower).
 _BAR_GLYPHS = re.compile(rb"\xe2\x96[\x80-\x9f]")
 
 #: a text left for the crash-marker scan at least this long is scanned once per distinct line
@@ -114,26 +114,13 @@ def long_lines(block: str, limit: int) -> list[tuple[int, int]]:
     return out
 
 
-def _long_line_at(block: str) -> int:
-    """Offset of a line longer than MAX_LINE in ``block``, or -1. Such a line covers a whole
-    aligned half-window of MAX_LINE/2 characters without a newline, so one ``find`` per half-window
-    (not a regex over every position) finds every candidate."""
-    half = MAX_LINE // 2
-    for lo in range(0, len(block), half):
-        if block.find("\n", lo, lo + half) < 0 and lo + half <= len(block):
-            start = block.rfind("\n", 0, lo) + 1
-            end = block.find("\n", lo)
-            if (end if end >= 0 else len(block)) - start > MAX_LINE:
-                return start
-    return -1
-
-
 #: the DLE/gluon-nlp ``Namespace(k=v, ...)`` and ``k=v`` flags (values without commas/spaces): a key
 #: at the start of the text or after a space, comma or ``(``. Compiled as two patterns, one for the
 #: start and one that begins with that character class, so ``re`` skips to candidates at C speed
-#: (``(?:^|[\s,(])`` in front gives it no prefix to skip to: every position was tried, ~20 us a line)
+#: (``(?:^|[\s,(])`` in front gives it no prefix to skip to: every position would be tried). A name
+#: never starts with "-", so a ``--`` in front is taken for good (``?+``): no second try without it.
 _KV_NAME = r"[A-Za-z_][\w-]*"
-_KV_TAIL = r"(?:--)?({names})\s*=\s*('[^']*'|\"[^\"]*\"|[^\s,)]+)"
+_KV_TAIL = r"(?:--)?+({names})\s*=\s*('[^']*'|\"[^\"]*\"|[^\s,)]+)"
 
 
 def _kv_patterns(names: str) -> tuple[re.Pattern, re.Pattern]:
@@ -207,20 +194,28 @@ class LogStream:
     # ------------------------------------------------------------ feeding
     def feed(self, chunk: str | bytes | bytearray) -> None:
         """Add the next piece of the log (may end in the middle of a line)."""
-        if isinstance(chunk, (bytes, bytearray)):
-            if not chunk.isascii():
-                chunk = _BAR_GLYPHS.sub(b"#", chunk)
-            text = self._decoder.decode(bytes(chunk))
-        else:
-            text = chunk
-        if not text:
-            return
-        if self._after_cr and text[0] == "\n":
-            text = text[1:]
+        compiled = self._compiled_text(chunk) if isinstance(chunk, (bytes, bytearray)) else None
+        newlines = None  # how many "\n" ``text`` holds, when the compiled pass counted them
+        if compiled is not None:
+            text, newlines = compiled
+            self._after_cr = chunk[-1] == 13  # a "\r" last: a "\n" first in the next piece is its pair
             if not text:
-                self._after_cr = False
                 return
-        self._after_cr = text[-1] == "\r"
+        else:
+            if isinstance(chunk, (bytes, bytearray)):
+                if not chunk.isascii():
+                    chunk = _BAR_GLYPHS.sub(b"#", chunk)
+                text = self._decoder.decode(bytes(chunk))
+            else:
+                text = chunk
+            if not text:
+                return
+            if self._after_cr and text[0] == "\n":
+                text = text[1:]
+                if not text:
+                    self._after_cr = False
+                    return
+            self._after_cr = text[-1] == "\r"
         text = self._pending + text if self._pending else text
         cut = max(text.rfind("\n"), text.rfind("\r"))
         if cut < 0:
@@ -240,13 +235,25 @@ class LogStream:
         if self._skipping:
             block = block[block.index("\n") + 1:]
             self._skipping = False
+            newlines = None if newlines is None else newlines - 1
         if len(self._pending) > MAX_LINE:
             self._long_line()
             block += self._pending[:MAX_LINE] + "\n"
             self._pending = ""
             self._skipping = True
+            newlines = None if newlines is None else newlines + 1
         if block:
-            self._block(block)
+            self._block(block, newlines)
+
+    def _compiled_text(self, chunk: bytes | bytearray) -> tuple[str, int] | None:
+        """What :meth:`feed` makes of a non-empty piece that is not plain ASCII text (tqdm's glyphs read
+        as ``#``, its newlines as ``\\n``), in one compiled pass (:mod:`._native`), with its newline count; None: decode it here
+        (no compiled scanner, plain ASCII without ``\\r``, another non-ASCII character, or the decoder
+        holding the start of a character)."""
+        if _native.log_text is None or not chunk or (chunk.isascii() and b"\r" not in chunk) \
+                or self._decoder.getstate()[0]:
+            return None
+        return _native.log_text(chunk, self._after_cr)
 
     def close(self) -> ParsedLog:
         """End of the log: scan an unterminated last line, return :meth:`result`."""
@@ -263,12 +270,13 @@ class LogStream:
         self.fc.error(f"line {self._lineno + 1}: longer than {MAX_LINE} characters (cap; the rest of it "
                       "was not read)")
 
-    def _block(self, block: str) -> None:
+    def _block(self, block: str, newlines: int | None = None) -> None:
+        """Scan the complete lines of ``block`` (``newlines``: its count of them, None: count here)."""
         if self._capped:
             return
         if "\x00" in block:
             block = block.replace("\x00", "")
-        n = block.count("\n")
+        n = block.count("\n") if newlines is None else newlines
         if self.max_lines is not None and self._lineno + n > self.max_lines:
             keep = self.max_lines - self._lineno
             end = -1
@@ -280,8 +288,7 @@ class LogStream:
             self.fc.error(f"log has more than {self.max_lines} lines (cap on lines per trial); "
                           "the rest was not read")
         if len(block) > MAX_LINE:
-            at = _long_line_at(block)
-            if at >= 0:
+            for at, _ in long_lines(block, MAX_LINE)[:1]:
                 self.fc.error(f"line {self.line_no(block, at)}: longer than {MAX_LINE} characters (cap)")
         self.fc.facts.lines += n
         try:
@@ -376,6 +383,13 @@ class LogStream:
             end = block.find("\n", pos)
             yield start, block[start:end]
             pos = block.find(literal, end)
+
+    @staticmethod
+    def lines_holding(block: str, literal: str) -> list[str]:
+        """The text of each line of ``block`` that holds ``literal`` (at least 2 characters), once:
+        :meth:`lines_with`'s texts, found in one compiled pass where it can (:mod:`._native`)."""
+        found = _native.lines(block, literal) if _native.lines is not None else None
+        return found if found is not None else [line for _, line in LogStream.lines_with(block, literal)]
 
     @staticmethod
     def rank_at(block: str, start: int) -> int | None:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Trial, TrialMetric, Window
 from dlperf_tasks.frameworks import preflight
+from dlperf_tasks.frameworks._lines import StepSpan
 from dlperf_tasks.frameworks._stream import LineParseStream, parse_with
 from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
 
@@ -87,10 +88,19 @@ class Framework(ABC):
         """Ranks that must print iteration lines (default: only rank 0 prints)."""
         return []
 
-    @abstractmethod
-    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
-        """The DLPerf speed rule for this framework. Call only after the validity gate passed."""
+    def step_span(self, parsed: ParsedLog, cell: Cell, window: Window) -> StepSpan | None:
+        """The two logged samples that bound the window, for a speed rule counted between two
+        logged steps (``_lines.step_window``'s answer); None where the rule needs none. The gate
+        computes it once and hands it to :meth:`check` and :meth:`trial_metric` as ``span``."""
+        return None
 
-    def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
-        """Framework-specific validity reasons (empty = valid). Generic checks live in stats.validity."""
+    @abstractmethod
+    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window,
+                     span: StepSpan | None = None) -> TrialMetric:
+        """The DLPerf speed rule for this framework. Call only after the validity gate passed.
+        ``span``: :meth:`step_span`'s answer (None: computed here where the rule needs it)."""
+
+    def check(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> list[str]:
+        """Framework-specific validity reasons (empty = valid). Generic checks live in stats.validity.
+        ``span``: as for :meth:`trial_metric`."""
         return []

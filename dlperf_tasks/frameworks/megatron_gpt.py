@@ -37,7 +37,7 @@ import re
 from typing import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
-from dlperf_tasks.frameworks._lines import parse_float, round2
+from dlperf_tasks.frameworks._lines import StepSpan, parse_float, round2
 from dlperf_tasks.frameworks._stream import LogStream, as_int
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, MetricKind, ParsedLog, Sample, Trial, TrialMetric, Window
@@ -183,7 +183,7 @@ class MegatronGpt(Framework):
         return [s for s in parsed.samples
                 if s.iteration != first and window.warmup < s.iteration <= window.total]
 
-    def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
+    def check(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> list[str]:
         if not parsed.samples:
             return ["no ' iteration N/M | ... elapsed time per iteration (ms): X |' line in the log "
                     "(Megatron prints it only in the last node's log)"]
@@ -196,7 +196,7 @@ class MegatronGpt(Framework):
                            f"{window.warmup + 1}..{window.total}")
         return reasons
 
-    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
+    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> TrialMetric:
         meas = self._measured(parsed, window)
         if not meas:
             raise ValueError("megatron_gpt: no iteration line inside the window (run check() first)")

@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks import _native
 from dlperf_tasks.frameworks._precision import precision_problems
-from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2, strip_tag
+from dlperf_tasks.frameworks._lines import StepSpan, fmt_list, parse_float, round2, strip_tag
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args, kv_pattern
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
@@ -148,7 +148,7 @@ class MxnetBert(Framework):
     def expected_ranks(self, cell: Cell) -> list[int]:
         return list(range(cell.topology.world_size))
 
-    def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
+    def check(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> list[str]:
         reasons: list[str] = self.args_problems(parsed, cell)
         world = cell.topology.world_size
         per_step = parsed.extra.get("lines_per_step") or Counter(s.iteration for s in parsed.samples)
@@ -172,7 +172,7 @@ class MxnetBert(Framework):
             reasons.append(f"step {i} has {c} of {world} rank lines{more}")
         return reasons
 
-    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
+    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> TrialMetric:
         world = cell.topology.world_size
         bsz = cell.batch_size_per_device
         medians = _median_speeds(parsed.samples, window.warmup, window.total, 1000.0 * bsz * world)

@@ -41,7 +41,7 @@ from typing import Mapping
 
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
-from dlperf_tasks.frameworks._lines import fmt_list, parse_float, round2
+from dlperf_tasks.frameworks._lines import StepSpan, fmt_list, parse_float, round2
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args, kv_pattern
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.frameworks.mxnet_bert import build_mpirun
@@ -93,7 +93,7 @@ class MxnetResnet50(Framework):
         return LaunchSpec(argv=argv, env=env,
                           workdir=L.text(settings, "workdir", "/workspace/gluon-cv/scripts/classification/imagenet"))
 
-    def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
+    def check(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> list[str]:
         seen = set(parsed.samples.iteration)
         if not seen:
             return ["no 'Epoch[0] Batch[N]\\tSpeed: X samples/sec' (train_horovod.py) or "
@@ -120,7 +120,7 @@ class MxnetResnet50(Framework):
                     f"(log_interval {parsed.facts.stride})"]
         return []
 
-    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
+    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> TrialMetric:
         samples = parsed.samples  # the first line of a batch wins (DLPerf): read backwards, earlier lines overwrite
         by_batch = dict(zip(reversed(samples.iteration), reversed(samples.value)))
         steps = [i for i in _needed(by_batch, parsed.facts.stride, window.total) if i > window.warmup]

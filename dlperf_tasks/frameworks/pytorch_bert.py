@@ -44,7 +44,7 @@ from dlperf_tasks.frameworks._launch import container_path
 from dlperf_tasks.core.errors import CatalogError
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
-from dlperf_tasks.frameworks._lines import round2, step_window, window_problems
+from dlperf_tasks.frameworks._lines import StepSpan, round2, step_window, window_problems
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.frameworks.pytorch_bert_stream import SKIP_STEPS, PytorchBertStream, _stride
 from dlperf_tasks.core.model import Cell, ParsedLog, Trial, TrialMetric, Window
@@ -138,7 +138,12 @@ class PytorchBert(Framework):
     Stream = PytorchBertStream
     plausible_max_per_gpu = 20000.0
 
-    def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
+    def step_span(self, parsed: ParsedLog, cell: Cell, window: Window) -> StepSpan | None:
+        if window.rule == "summary" or window.warmup < 1:
+            return None
+        return step_window(parsed.samples, parsed.facts.stride, window.warmup, window.total, SKIP_STEPS)
+
+    def check(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> list[str]:
         if window.rule == "summary":
             return summary_problems(parsed, cell, window)
         if window.warmup < 1:
@@ -146,15 +151,16 @@ class PytorchBert(Framework):
         if not parsed.samples:
             return ["no 'DLL ... Training Epoch: E Training Iteration: N' line in the log"]
         reasons = args_vs_cell(parsed.facts, cell)
-        return reasons + window_problems(parsed.samples, parsed.facts.stride, window, SKIP_STEPS,
+        return reasons + window_problems(parsed.samples, span or self.step_span(parsed, cell, window), window,
                                          after=f" after the first {SKIP_STEPS} steps")
 
-    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
+    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window,
+                     span: StepSpan | None = None) -> TrialMetric:
         if window.rule == "summary":
             return summary_metric(parsed, cell)
         if window.warmup < 1:
             raise ValueError("pytorch_bert: window warmup must be >= 1 (run check() first)")
-        start, end = step_window(parsed.samples, parsed.facts.stride, window.warmup, window.total, SKIP_STEPS)
+        start, end = span or self.step_span(parsed, cell, window)
         if start is None:
             raise ValueError(f"pytorch_bert: the log stops before step {end} (run check() first)")
         dt = end.value - start.value

@@ -98,7 +98,7 @@ class PytorchBertStream(LogStream):
                                    (4, "training_sequences_per_second", self._summary),
                                    (8, "torch.distributed.launch", self._launcher), (16, "torchrun", self._launcher)):
             if (found & bit) if found is not None else literal in block:
-                for _, line in self.lines_with(block, literal):
+                for line in self.lines_holding(block, literal):
                     read(line)
 
     def _summary(self, line: str) -> None:
@@ -200,8 +200,7 @@ class PytorchBertStream(LogStream):
                 self.fc.error("a second 'PARAMETER Config' start-up banner: a restarted or concatenated log "
                               "(rerun the trial)")
             args = kv_args(line[line.index("Namespace("):], _CONFIG_KEYS)
-            keep = dict(args)
-            f.args.update(keep)
+            f.args.update(args)
             f.args_source = "DLE PARAMETER Config line"
             # DLE logs Config after setup_training() divided train_batch_size by the accumulation
             f.batch_per_device = as_int(args.get("train_batch_size"))
@@ -209,8 +208,8 @@ class PytorchBertStream(LogStream):
             freq = as_int(args.get("log_freq"))
             if freq:
                 f.stride = freq
-        m = _BATCH_PER_GPU.search(line)
-        if m and f.batch_per_device is None:
+        m = _BATCH_PER_GPU.search(line) if f.batch_per_device is None else None
+        if m:
             f.batch_per_device = int(m.group(1))
             f.args_source = f.args_source or "DLE PARAMETER batch_size_per_gpu line"
 

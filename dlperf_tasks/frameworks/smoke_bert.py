@@ -22,6 +22,7 @@ import statistics
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from dlperf_tasks.frameworks._lines import StepSpan
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, LogFacts, MetricKind, ParsedLog, Sample, Trial, TrialMetric, Window
 from dlperf_tasks.frameworks.launchspec import LaunchSpec, NodeSpec
@@ -114,7 +115,7 @@ class SmokeBert(Framework):
         parsed.extra["ranks_finished"] = sorted(finals)
         return parsed
 
-    def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
+    def check(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> list[str]:
         reasons = []
         world = cell.topology.world_size
         missing = sorted(set(range(world)) - set(parsed.extra.get("ranks_finished", [])))
@@ -129,7 +130,7 @@ class SmokeBert(Framework):
             reasons.append(f"non-positive or infinite speed at iterations {bad[:5]}")
         return reasons
 
-    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
+    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> TrialMetric:
         by_it = {s.iteration: s.value for s in parsed.samples}
         values = [by_it[i] for i in range(window.warmup + 1, window.total + 1) if i in by_it]
         if not values:

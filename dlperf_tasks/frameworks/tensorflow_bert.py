@@ -31,7 +31,7 @@ from typing import Mapping
 from dlperf_tasks.frameworks._launch import container_path
 from dlperf_tasks.frameworks import _launch as L
 from dlperf_tasks.frameworks._precision import precision_problems
-from dlperf_tasks.frameworks._lines import clock_seconds, round2, step_window, strip_tag, window_problems
+from dlperf_tasks.frameworks._lines import StepSpan, clock_seconds, round2, step_window, strip_tag, window_problems
 from dlperf_tasks.frameworks._stream import LogStream, as_int, kv_args
 from dlperf_tasks.frameworks.base import Framework
 from dlperf_tasks.core.model import Cell, ParsedLog, Sample, Trial, TrialMetric, Window
@@ -102,13 +102,19 @@ class TensorflowBert(Framework):
 
     plausible_max_per_gpu = 20000.0
 
-    def check(self, parsed: ParsedLog, cell: Cell, window: Window) -> list[str]:
+    def step_span(self, parsed: ParsedLog, cell: Cell, window: Window) -> StepSpan | None:
+        if window.warmup < 1:
+            return None
+        return step_window(parsed.samples, parsed.facts.stride, window.warmup, window.total)
+
+    def check(self, parsed: ParsedLog, cell: Cell, window: Window, span: StepSpan | None = None) -> list[str]:
         if window.warmup < 1:
             return [f"window warmup must be >= 1 for the timestamp rule (got {window.warmup})"]
         if not parsed.samples:
             return ["no 'Train Step: N/M' line in the log"]
         reasons = self.args_problems(parsed.facts, cell)
-        return reasons + window_problems(parsed.samples, parsed.facts.stride, window, label="'Train Step'")
+        return reasons + window_problems(parsed.samples, span or self.step_span(parsed, cell, window), window,
+                                         label="'Train Step'")
 
     @staticmethod
     def args_problems(facts, cell: Cell) -> list[str]:
@@ -122,10 +128,11 @@ class TensorflowBert(Framework):
                        f"{cell.topology.world_size} ({cell.topology.name})")
         return out + precision_problems("tensorflow", facts, cell)
 
-    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window) -> TrialMetric:
+    def trial_metric(self, parsed: ParsedLog, cell: Cell, window: Window,
+                     span: StepSpan | None = None) -> TrialMetric:
         if window.warmup < 1:
             raise ValueError("tensorflow_bert: window warmup must be >= 1 (run check() first)")
-        start, end = step_window(parsed.samples, parsed.facts.stride, window.warmup, window.total)
+        start, end = span or self.step_span(parsed, cell, window)
         if start is None:
             raise ValueError(f"tensorflow_bert: the log stops before step {end} (run check() first)")
         dt = end.value - start.value

@@ -166,8 +166,11 @@ class _SizedReader:
     def __init__(self, fd: int, size: int) -> None:
         self.fd = fd
         self.left = size  # bytes fstat says are still to come
+        self.at_end = False  # a read already saw the end of the file
 
     def read(self, n: int) -> bytes:
+        if self.at_end:
+            return b""
         want = min(n, max(self.left, 0) + 1)
         block = os.read(self.fd, want)
         if 0 < len(block) < want:  # the end of the file, unless a read came short: one byte more says
@@ -175,6 +178,7 @@ class _SizedReader:
             block += more
             if not more:
                 self.left -= len(block)
+                self.at_end = True
                 return block
         while block and len(block) < n:  # longer than fstat said (still written), or a short read
             more = os.read(self.fd, n - len(block))

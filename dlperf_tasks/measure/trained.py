@@ -32,10 +32,11 @@ def model_problems(cell_model: str, args: dict, source: str = "") -> list[str]:
         return []
     out = []
     for key in MODEL_ARGS:
-        got = model_kind(args.get(key))
+        value = args.get(key)
+        got = model_kind(value) if value is not None else None
         if got is not None and got != want:
             where = f" ({source})" if source else ""
-            out.append(f"log trained another model: its {key} is {str(args.get(key)).strip()[:80]!r}{where}, "
+            out.append(f"log trained another model: its {key} is {str(value).strip()[:80]!r}{where}, "
                        f"the cell's model is {cell_model!r}")
     return out
 

@@ -115,8 +115,7 @@ def generic_problems(parsed: ParsedLog, window: Window, expected_ranks: list[int
         reasons.append(f"crash marker in log: {_fmt_list(list(dict.fromkeys(facts.crash_markers)))}")
     if facts.errors:
         reasons.append(f"unparsable lines: {_fmt_list(facts.errors)}")
-    its = facts.iterations_seen or sorted(set(parsed.samples.iteration))
-    reasons.extend(iteration_problems(its, window))
+    reasons.extend(iteration_problems(facts.iterations_seen or parsed.samples.iteration, window))
     if expected_ranks and facts.ranks_seen:  # only logs that name ranks (e.g. mpirun --tag-output)
         missing = sorted(set(expected_ranks) - set(facts.ranks_seen))
         if missing:
@@ -312,14 +311,16 @@ def gate(framework: Framework, trial: Trial, parsed: ParsedLog, window: Window |
     reasons, nonzero = generic_problems(parsed, window, framework.expected_ranks(cell), exit_codes)
     reasons.extend(model_problems(cell.model, parsed.facts.args, parsed.facts.args_source))
     reasons.extend(grad_norm_problems(parsed.extra.get("nonfinite_grad_norms") or (), window.warmup, window.total))
+    span = None  # the window's two logged steps, for the check and the speed rule alike
     try:
-        reasons.extend(framework.check(parsed, cell, window))
+        span = framework.step_span(parsed, cell, window)
+        reasons.extend(framework.check(parsed, cell, window, span=span))
     except Exception as exc:  # a framework check must not take the whole extraction down
         reasons.append(f"{framework.name} check failed: {type(exc).__name__}: {exc}")
 
     metric: TrialMetric | None = None
     try:
-        metric = framework.trial_metric(parsed, cell, window)
+        metric = framework.trial_metric(parsed, cell, window, span=span)
     except Exception as exc:
         if not reasons:  # only worth saying when nothing else explains it
             reasons.append(f"speed rule failed: {type(exc).__name__}: {exc}")

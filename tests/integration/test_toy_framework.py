@@ -51,7 +51,7 @@ class Toy(Framework):
         out.facts.iterations_seen = sorted(set(out.facts.iterations_seen))
         return out
 
-    def trial_metric(self, parsed, cell, window):
+    def trial_metric(self, parsed, cell, window, span=None):
         vals = [s.value for s in parsed.samples if window.warmup < s.iteration <= window.total]
         return TrialMetric(statistics.fmean(vals))
 '''

@@ -43,6 +43,8 @@ def key(parsed) -> tuple:
 
 def python_path(monkeypatch) -> None:
     monkeypatch.setattr(_native, "dll_scan", None)
+    monkeypatch.setattr(_native, "log_text", None)
+    monkeypatch.setattr(_native, "lines", None)
 
 
 def both(monkeypatch, data, piece: int = 1 << 20) -> tuple[tuple, tuple]:

@@ -73,7 +73,7 @@ def test_non_finite_and_non_positive_values_and_markers():
         def parse(self, lines):  # pragma: no cover - not used
             raise NotImplementedError
 
-        def trial_metric(self, parsed, cell, window):
+        def trial_metric(self, parsed, cell, window, span=None):
             vals = [s.value for s in parsed.samples if s.iteration > window.warmup]
             return TrialMetric(sum(vals) / len(vals))
 

@@ -3,7 +3,7 @@ the same wording, counted in steps, each with its own label and skip."""
 
 from __future__ import annotations
 
-from dlperf_tasks.frameworks._lines import window_problems
+from dlperf_tasks.frameworks._lines import step_window, window_problems
 from dlperf_tasks.core.model import Sample, TrialStatus, Window
 from tests.unit import logwriters as W
 from tests.unit.test_parse_fidelity import run, trial
@@ -22,6 +22,7 @@ def test_both_timestamp_parsers_use_the_one_reason():
 
 def test_flat_timestamps_and_a_good_window():
     flat = [Sample(i, 100.0, "s") for i in range(1, 131)]
-    assert window_problems(flat, 1, Window(20, 100)) == ["timestamps do not increase between step 20 and step 120"]
+    w = Window(20, 100)
+    assert window_problems(flat, step_window(flat, 1, w.warmup, w.total), w) == ["timestamps do not increase between step 20 and step 120"]
     good = [Sample(i, float(i), "s") for i in range(1, 131)]
-    assert window_problems(good, 1, Window(20, 100), 5) == []
+    assert window_problems(good, step_window(good, 1, w.warmup, w.total, 5), w) == []

@@ -106,3 +106,12 @@ def test_errors_and_argument_echoes_are_escaped(hostile_store, capsys):
         main(["results", "ls", "--store", url, "--format", "x" + EVIL])
     out, err = capsys.readouterr()
     assert "invalid choice" in err and not RAW.search(out + err)
+
+
+def test_every_ascii_character_beside_a_newline():
+    """The ASCII fast check and the control-character rule agree on each of the 128 characters."""
+    for code in range(128):
+        c = chr(code)
+        want = c if c in "\n\t" or 0x20 <= code < 0x7F else f"\\u{code:04x}"
+        assert escape(f"ab{c}cd\n") == f"ab{want}cd\n"
+        assert escape(f"é{c}") == f"é{want}"
