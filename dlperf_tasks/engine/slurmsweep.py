@@ -7,8 +7,8 @@ Before anything is submitted the partition, account, QoS and reservation are che
 ``sacct`` for every job of the run. An ended job's per-rank logs are copied into the run dir where the
 Docker runtime puts them and gated the same way (``measure.extract.gate_run_logs``); Slurm's end state
 becomes the runtime status with its reason (``remote.slurm_jobs.end_status``), retriable ones are
-retried under the sweep's retry count. Each attempt's job (id, node list, sacct state, exit code, queue
-and run time) is kept in ``slurm_jobs.json`` in the run dir. A stop, an error or Ctrl-C ``scancel``s
+retried under the sweep's retry count. Each attempt's job (id, node list: the allocation squeue showed
+while it ran, else sacct's; sacct state, exit code, queue and run time) is kept in ``slurm_jobs.json`` in the run dir. A stop, an error or Ctrl-C ``scancel``s
 every job still queued or running.
 """
 
@@ -40,6 +40,7 @@ class _Run:
         self.started: dict[str, float] = {}
         self.records: dict[str, list[dict[str, Any]]] = {}
         self.notes: dict[str, str] = {}
+        self.allocated: dict[str, str] = {}  # trial id -> the node list squeue showed while its job ran
 
     def submit_more(self) -> None:
         for tid in self.queue.to_submit():
@@ -58,13 +59,16 @@ class _Run:
             st = states.get(self.queue.jobs[tid])
             if st is None:
                 continue
+            if st.state == "RUNNING" and st.nodes:
+                self.allocated[tid] = st.nodes
             note = slurm_jobs.pending_note(st) + (f" on {st.nodes}" if st.state == "RUNNING" and st.nodes else "")
             if self.notes.get(tid) != note:
                 self.notes[tid] = note
                 self.b.display.emit(f"         {tid} job {st.job_id}: {note}")
 
     def finish(self, tid: str) -> TrialResult:
-        trial, job, st = self.trials[tid], self.jobs[tid], self.queue.ended[tid]
+        trial, job = self.trials[tid], self.jobs[tid]
+        st = slurm_jobs.with_allocation(self.queue.ended[tid], self.allocated.pop(tid, ""))
         self.records.setdefault(tid, []).append({**slurm_jobs.trial_record(st), "attempt": self.attempt[tid]})
         write_json(self.b.rd.path / "slurm_jobs.json", self.records)
         return slurm_trial.gate_job(self.pool, self.login, job.log_dir, trial, st, self.b.rd.path, self.started[tid])

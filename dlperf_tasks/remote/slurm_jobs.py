@@ -19,6 +19,7 @@ Job ids are checked to be numeric before they reach a command line; nothing else
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from dataclasses import asdict, dataclass
@@ -222,6 +223,14 @@ def pending_note(st: JobState) -> str:
     if m:
         return f"pending (ReqNodeNotAvail: node(s) {m.group(1)} drained or down)"
     return f"pending ({reason})"
+
+
+def with_allocation(st: JobState, allocated: str) -> JobState:
+    """An ended job's state with the node list seen while it ran (``allocated``, squeue's while RUNNING):
+    sacct's row right at the end may name only the nodes still completing (``node1`` of ``node[1-2]``)."""
+    if allocated and st.nodes != allocated:
+        return dataclasses.replace(st, nodes=allocated)
+    return st
 
 
 def trial_record(st: JobState) -> dict:

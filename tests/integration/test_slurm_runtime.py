@@ -133,20 +133,37 @@ def test_sweep_runs_every_trial_as_a_job_and_writes_the_usual_result(slurm_clust
     assert slurm_cluster_clean.jobs() == []
 
 
-def test_a_node_dying_mid_trial_ends_node_fail_mapped_and_named(login, slurm_cluster_clean, sim_cluster):
+def test_a_node_dying_mid_trial_ends_node_fail_and_a_trial_over_its_time_limit_ends_timeout(login, slurm_cluster_clean,
+                                                                                          sim_cluster, tmp_path):
+    """Two trials side by side, so the TIMEOUT waits no longer than the NODE_FAIL does: a 2-node trial whose
+    node dies, and a 1-node trial submitted with the cluster file's per-trial limit (``--time=1``). Slurm's
+    limits are whole minutes; the test moves that job's end to now (``scontrol update EndTime``) instead of
+    waiting the minute, and Slurm's own limit check ends it TIMEOUT (checked every 30 s, then KillWait)."""
     cluster, pool, host = login
     c = slurm_cluster_clean
-    suite = _suite(DLPERF_STANDIN_TIME_SCALE="50")
-    _, job_id = _submit(cluster, pool, host, suite, _trial(suite, "2n1g"), sim_cluster.image("pytorch:20.06-py3"))
+    suite = _suite(DLPERF_STANDIN_TIME_SCALE="50")  # both would train for minutes
+    image = sim_cluster.image("pytorch:20.06-py3")
+    _, job_id = _submit(cluster, pool, host, suite, _trial(suite, "2n1g"), image)
+    slow = _trial(suite, "1n1g")
+    slow_job, slow_id = _submit(cluster, pool, host, suite, slow, image, time_limit="1")
     running = _wait(pool, host, job_id, lambda s: s.state == "RUNNING")
-    victim = "node2" if "2" in running.nodes else running.nodes.split(",")[-1]
+    _wait(pool, host, slow_id, lambda s: s.state == "RUNNING")
+    assert "TimeLimit=00:01:00" in c.run("scontrol", "show", "job", slow_id).stdout
+    soon = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 2))
+    c.run("scontrol", "update", f"JobId={slow_id}", f"EndTime={soon}")
+    victim = c.run("scontrol", "show", "hostnames", running.nodes).stdout.split()[-1]
     with c.slurmd_killed(victim):
         st = _wait(pool, host, job_id, lambda s: not s.active and s.source == "sacct", timeout=90)
         status, reason = slurm_jobs.end_status(st)
         assert status == TrialStatus.NODE_UNREACHABLE and "NODE_FAIL" in reason, reason
         assert status.retriable
+    timed = _wait(pool, host, slow_id, lambda s: not s.active and s.source == "sacct", timeout=90)
+    res = slurm_trial.gate_job(pool, host, slow_job.log_dir, slow, timed, tmp_path, time.time() - 60)
+    assert res.status == TrialStatus.TIMEOUT and res.status.retriable, (res.status, res.reason)
+    assert res.reason.startswith(f"slurm job {slow_id} TIMEOUT") and not res.valid, res.reason
     # the dead node's epilog runs once its slurmd is back (the job is COMPLETING until then)
     deadline = time.monotonic() + 60
     while c.jobs() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert c.jobs() == []
+    c.wait_containers(lambda ids: ids == [], timeout=30)

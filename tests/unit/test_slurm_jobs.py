@@ -119,3 +119,48 @@ def test_submit_queue_keeps_at_most_the_limit_in_flight():
     assert q.to_submit() == ["t3"] and q.active_job_ids() == ["1"]
     with pytest.raises(ValueError, match="max_in_flight"):
         SubmitQueue(max_in_flight=0)
+
+
+def test_the_sweep_records_the_allocation_seen_running_not_sacct_s_last_row(tmp_path, monkeypatch):
+    """engine/slurmsweep.py: sacct's row right at a job's end may name only the node still completing;
+    the record (slurm_jobs.json) and the gated trial keep the node list squeue showed while it ran."""
+    import json
+    from types import SimpleNamespace
+
+    from dlperf_tasks.core.model import Cell, Trial, TrialResult
+    from dlperf_tasks.core.topology import Topology
+    from dlperf_tasks.engine import slurmsweep
+    from dlperf_tasks.remote.slurm_inventory import SlurmCluster
+
+    rounds = [{"42": sj.JobState("42", "RUNNING", nodes="node[2-3]")},
+              {"42": sj.JobState("42", "COMPLETED", nodes="node2", exit_code=0, elapsed_s=30.0, source="sacct")}]
+    gated = []
+    monkeypatch.setattr(slurmsweep.slurm_trial, "poll", lambda pool, login, ids: rounds.pop(0))
+
+    def gate(pool, login, log_dir, trial, st, out_dir, submitted_at):
+        gated.append(st.nodes)
+        return TrialResult(trial=trial, status=TrialStatus.OK, nodes=[st.nodes])
+
+    monkeypatch.setattr(slurmsweep.slurm_trial, "gate_job", gate)
+    cluster = SlurmCluster.from_dict({"name": "site", "scheduler": "slurm", "login": {"host": "login1", "user": "u"},
+                                      "slurm": {"partition": "gpu", "work_dir": "/shared"}})
+    trial = Trial(Cell("pytorch-bert", "pytorch", "bert", "fp32", 32, Topology.parse("2n1g")), 1)
+    saved, lines = [], []
+    b = SimpleNamespace(decisions=None, retries=0, rd=SimpleNamespace(path=tmp_path, run_id="r", save_trial=saved.append),
+                        display=SimpleNamespace(emit=lines.append, finished=lambda r, attempt: None))
+    run = slurmsweep._Run(cluster, [trial], b, None, pool=None, login="login1")
+    run.queue.submitted(trial.id, "42")
+    run.jobs[trial.id], run.started[trial.id] = SimpleNamespace(log_dir="/shared/runs/r/x"), 0.0
+    ran: list = []
+    run.step(ran)
+    assert ran == [] and any("running on node[2-3]" in line for line in lines), lines
+    run.step(ran)
+    assert gated == ["node[2-3]"] and [r.nodes for r in ran] == [["node[2-3]"]] and saved == ran
+    rec = json.loads((tmp_path / "slurm_jobs.json").read_text())[trial.id]
+    assert [(r["job_id"], r["nodes"], r["state"]) for r in rec] == [("42", "node[2-3]", "COMPLETED")]
+
+
+def test_an_ended_job_never_seen_running_keeps_sacct_s_node_list():
+    st = sj.JobState("7", "FAILED", nodes="node4", exit_code=1, source="sacct")
+    assert sj.with_allocation(st, "") is st
+    assert sj.with_allocation(st, "node[3-4]").nodes == "node[3-4]" and st.nodes == "node4"
