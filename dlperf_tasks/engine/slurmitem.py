@@ -109,7 +109,8 @@ def start(trial: Trial, suite, rd: RunDir, settings, *, image: str | None, attem
     emit(f"  submit {trial.id} as Slurm job {job_id} ({job.name}, partition {opts.partition}{excluded})")
     return {"trial": trial.to_dict(), "run_id": rd.run_id, "image": image,
             "slurm": {"job_id": job_id, "name": job.name, "log_dir": job.log_dir, "login": login,
-                      "submitted_at": time.time(), "attempt": attempt}}
+                      "submitted_at": time.time(), "attempt": attempt,
+                      "pinned": slurm_trial.pinned_digest(suite, opts, image)}}
 
 
 class JobProgress:
@@ -218,7 +219,7 @@ def finish(state: Mapping[str, Any], event: Mapping[str, Any], rd: RunDir, setti
     with SSHPool(cluster.login_cluster()) as pool:
         try:
             res = slurm_trial.gate_job(pool, job["login"], job["log_dir"], trial, st, Path(rd.path),
-                                       float(job.get("submitted_at") or time.time()))
+                                       float(job.get("submitted_at") or time.time()), pinned=job.get("pinned"))
             if st.state == "NODE_FAIL" and st.nodes:  # which of the job's nodes Slurm reports down
                 bad = slurm_jobs.unavailable_nodes(pool.run(job["login"], slurm_jobs.node_states_command(st.nodes),
                                                             timeout=60).stdout)

@@ -33,6 +33,7 @@ class _Run:
         self.b, self.pool, self.login, self.image = b, pool, login, image
         quarantined = b.decisions.excluded() if b.decisions is not None else {}
         self.opts = options_of(cluster.slurm, quarantined)
+        self.pinned = slurm_trial.pinned_digest(b.suite, self.opts, image if b.suite.container else None)
         self.queue = slurm_trial.SubmitQueue(cluster.slurm.max_in_flight, waiting=[t.id for t in todo])
         self.trials = {t.id: t for t in todo}
         self.attempt = {t.id: 1 for t in todo}
@@ -71,7 +72,8 @@ class _Run:
         st = slurm_jobs.with_allocation(self.queue.ended[tid], self.allocated.pop(tid, ""))
         self.records.setdefault(tid, []).append({**slurm_jobs.trial_record(st), "attempt": self.attempt[tid]})
         write_json(self.b.rd.path / "slurm_jobs.json", self.records)
-        return slurm_trial.gate_job(self.pool, self.login, job.log_dir, trial, st, self.b.rd.path, self.started[tid])
+        return slurm_trial.gate_job(self.pool, self.login, job.log_dir, trial, st, self.b.rd.path, self.started[tid],
+                                    pinned=self.pinned)
 
     def step(self, ran: list[TrialResult]) -> None:
         states = slurm_trial.poll(self.pool, self.login, self.queue.active_job_ids())

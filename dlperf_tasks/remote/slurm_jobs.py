@@ -238,13 +238,3 @@ def trial_record(st: JobState) -> dict:
     return {"job_id": st.job_id, "nodes": st.nodes, "state": st.state, "exit_code": st.exit_code,
             "queue_s": st.queue_s, "elapsed_s": st.elapsed_s}
 
-
-def check_digest(expected: str | None, imported: str | None, job_id: str) -> str:
-    """Empty when the digest enroot imported is the one the run pinned; else the refusal's reason."""
-    if not expected:
-        return ""
-    if not imported:
-        return f"slurm job {job_id}: no image digest recorded (the pinned one is {expected})"
-    if imported.strip() != expected.strip():
-        return f"slurm job {job_id}: image digest {imported.strip()} differs from the pinned {expected}"
-    return ""

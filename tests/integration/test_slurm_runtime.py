@@ -15,9 +15,8 @@ import pytest
 from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.core.model import Cell, Trial, TrialStatus, Window
 from dlperf_tasks.core.topology import Topology
-from dlperf_tasks.measure.extract import gate_run_logs
 from dlperf_tasks.remote import slurm_jobs, slurm_trial
-from dlperf_tasks.remote.slurm_inventory import SlurmCluster
+from dlperf_tasks.remote.slurm_inventory import SlurmCluster, enroot_uri
 from dlperf_tasks.remote.slurm_script import options_of
 from dlperf_tasks.remote.ssh import SSHPool
 
@@ -64,19 +63,62 @@ def _submit(cluster, pool, login, suite, trial, image, **opts):
     return job, slurm_trial.submit(pool, login, job)
 
 
-def test_two_node_trial_runs_as_a_job_and_its_logs_gate_as_on_docker(login, sim_cluster, tmp_path):
+def _registry_digest(sim, image: str) -> str:
+    """The test registry's digest of ``image`` (sha256:...): its answer to a manifest request (what enroot asks)."""
+    import base64
+    import urllib.request
+
+    env = sim.env
+    registry, _, rest = image.partition("/")
+    repo, _, tag = rest.rpartition(":")
+    auth = base64.b64encode(f"{env['DLPERF_REGISTRY_USER']}:{env['DLPERF_REGISTRY_PASSWORD']}".encode()).decode()
+    req = urllib.request.Request(f"http://{registry}/v2/{repo}/manifests/{tag}", method="HEAD", headers={
+        "Authorization": f"Basic {auth}",
+        "Accept": ", ".join(["application/vnd.oci.image.index.v1+json",
+                             "application/vnd.docker.distribution.manifest.list.v2+json",
+                             "application/vnd.docker.distribution.manifest.v2+json",
+                             "application/vnd.oci.image.manifest.v1+json"])})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return resp.headers["Docker-Content-Digest"]
+
+
+def test_two_node_trial_runs_as_a_job_its_logs_gate_as_on_docker_and_the_imported_digest_is_kept(login, sim_cluster,
+                                                                                               tmp_path):
+    """The catalog pins the image's digest: pyxis is given the digest reference, each node's record keeps the
+    digest pyxis says it imported there, and a trial whose nodes imported another digest is refused. A job
+    pinned to a digest the registry does not have, beside it, cannot run another image: its import fails."""
     cluster, pool, host = login
-    suite = _suite(DLPERF_STANDIN_SPEED_2N1G="123.45")
-    trial = _trial(suite, "2n1g")
-    job, job_id = _submit(cluster, pool, host, suite, trial, sim_cluster.image("pytorch:20.06-py3"))
+    image = sim_cluster.image("pytorch:20.06-py3")
+    digest = _registry_digest(sim_cluster, image)
+    base = _suite(DLPERF_STANDIN_SPEED_2N1G="123.45")
+    suite = dataclasses.replace(base, container=dataclasses.replace(base.container, digest=digest))
+    wrong = dataclasses.replace(base, container=dataclasses.replace(base.container, digest="sha256:" + "0" * 64))
+    trial, other = _trial(suite, "2n1g"), _trial(wrong, "1n1g")
+    job, job_id = _submit(cluster, pool, host, suite, trial, image)
+    assert f"--container-image={enroot_uri(image)}@{digest}" in job.srun_lines[-1], job.srun_lines[-1]
+    bad_job, bad_id = _submit(cluster, pool, host, wrong, other, image)
     st = _wait(pool, host, job_id, lambda s: not s.active and s.source == "sacct")
     assert slurm_jobs.end_status(st) == (None, ""), _job_output(pool, host, job, job_id)
     rec = slurm_jobs.trial_record(st)
     assert rec["state"] == "COMPLETED" and rec["exit_code"] == 0 and rec["queue_s"] is not None
-    assert slurm_trial.collect_logs(pool, host, job.log_dir, trial, tmp_path) == []
-    res = gate_run_logs(trial, tmp_path, exit_codes={"node0": 0, "node1": 0})
+    res = slurm_trial.gate_job(pool, host, job.log_dir, trial, st, tmp_path, time.time(), pinned=digest)
     assert res.status == TrialStatus.OK, res.reason
     assert res.metric.value == pytest.approx(123.45)
+    hosts = slurm_cluster_hosts(pool, host, st.nodes)
+    assert res.node_env == {h: {"gpu_model": None, "image_digest": digest} for h in hosts}, res.node_env
+    refused = slurm_trial.gate_job(pool, host, job.log_dir, trial, st, tmp_path / "again", time.time(),
+                                   pinned="sha256:" + "b" * 64)
+    assert refused.status == TrialStatus.LAUNCH_FAILED and "trial refused" in refused.reason, refused.reason
+    assert f"imported {digest}" in refused.reason and not refused.valid
+    bad = _wait(pool, host, bad_id, lambda s: not s.active and s.source == "sacct")
+    res = slurm_trial.gate_job(pool, host, bad_job.log_dir, other, bad, tmp_path / "bad", time.time(),
+                               pinned=slurm_trial.pinned_digest(wrong, options_of(cluster.slurm), image))
+    assert not res.valid and res.status != TrialStatus.OK, (res.status, res.reason)
+    assert all(e["image_digest"] is None for e in res.node_env.values()), res.node_env
+
+
+def slurm_cluster_hosts(pool, host, nodes: str) -> list[str]:
+    return pool.run(host, f"scontrol show hostnames {nodes}", timeout=30, check=True).stdout.split()
 
 
 def test_busy_partition_shows_the_pending_reason_and_cancel_leaves_nothing(login, slurm_cluster_clean, sim_cluster):

@@ -102,13 +102,6 @@ def test_submit_output_and_job_ids_are_checked():
     assert sj.poll_command(["12", "13"]).count("-j 12,13") == 2
 
 
-def test_image_digest_mismatch_refuses():
-    d = "sha256:" + "a" * 64
-    assert sj.check_digest(d, d, "5") == ""
-    assert "differs" in sj.check_digest(d, "sha256:" + "b" * 64, "5")
-    assert "no image digest" in sj.check_digest(d, None, "5")
-
-
 def test_submit_queue_keeps_at_most_the_limit_in_flight():
     q = SubmitQueue(max_in_flight=2, waiting=["t1", "t2", "t3"])
     assert q.to_submit() == ["t1", "t2"]
@@ -137,7 +130,7 @@ def test_the_sweep_records_the_allocation_seen_running_not_sacct_s_last_row(tmp_
     gated = []
     monkeypatch.setattr(slurmsweep.slurm_trial, "poll", lambda pool, login, ids: rounds.pop(0))
 
-    def gate(pool, login, log_dir, trial, st, out_dir, submitted_at):
+    def gate(pool, login, log_dir, trial, st, out_dir, submitted_at, pinned=None):
         gated.append(st.nodes)
         return TrialResult(trial=trial, status=TrialStatus.OK, nodes=[st.nodes])
 
@@ -146,7 +139,7 @@ def test_the_sweep_records_the_allocation_seen_running_not_sacct_s_last_row(tmp_
                                       "slurm": {"partition": "gpu", "work_dir": "/shared"}})
     trial = Trial(Cell("pytorch-bert", "pytorch", "bert", "fp32", 32, Topology.parse("2n1g")), 1)
     saved, lines = [], []
-    b = SimpleNamespace(decisions=None, retries=0, rd=SimpleNamespace(path=tmp_path, run_id="r", save_trial=saved.append),
+    b = SimpleNamespace(decisions=None, retries=0, suite=SimpleNamespace(container=None), rd=SimpleNamespace(path=tmp_path, run_id="r", save_trial=saved.append),
                         display=SimpleNamespace(emit=lines.append, finished=lambda r, attempt: None))
     run = slurmsweep._Run(cluster, [trial], b, None, pool=None, login="login1")
     run.queue.submitted(trial.id, "42")
