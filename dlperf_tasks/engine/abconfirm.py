@@ -71,11 +71,12 @@ def plan_for(suite, cells: list[str], trials: int = 1):
 def resolve_ref(ref: str, cluster) -> str:
     """An image reference as the store keeps it, made pullable: published runs have addresses and
     host names redacted (``<ip-1>:5000/nvidia/x@sha256:..``); a redacted registry part is replaced
-    by the cluster's own registry (inventory ``registry.server``), the digest keeps it exact."""
+    by the cluster's own registry (inventory ``registry.server``, a Slurm cluster file's too), the digest
+    keeps it exact."""
     head, sep, rest = ref.partition("/")
     if not (sep and head.startswith("<") and ">" in head):
         return ref
-    server = getattr(getattr(cluster, "registry", None), "server", None)
+    server = getattr(getattr(cluster, "registry", None), "server", None) or getattr(cluster, "registry_server", None)
     if not server:
         raise DlperfError(f"image {ref} has a redacted registry and the cluster names none; "
                           "give the images with --image-a/--image-b")

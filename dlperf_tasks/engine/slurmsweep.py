@@ -29,10 +29,11 @@ from dlperf_tasks.telemetry.commands import gpu_loop_command
 
 
 class _Run:
-    def __init__(self, cluster: SlurmCluster, todo: list[Trial], b: Batch, image: str | None, pool, login: str):
+    def __init__(self, cluster: SlurmCluster, todo: list[Trial], b: Batch, image: str | None, pool, login: str,
+                 outside: list[str] | None = None):
         self.b, self.pool, self.login, self.image = b, pool, login, image
         quarantined = b.decisions.excluded() if b.decisions is not None else {}
-        self.opts = options_of(cluster.slurm, quarantined)
+        self.opts = options_of(cluster.slurm, [*quarantined, *(outside or [])])
         self.pinned = slurm_trial.pinned_digest(b.suite, self.opts, image if b.suite.container else None)
         self.queue = slurm_trial.SubmitQueue(cluster.slurm.max_in_flight, waiting=[t.id for t in todo])
         self.trials = {t.id: t for t in todo}
@@ -89,13 +90,21 @@ class _Run:
             ran.append(r)
 
 
-def run_on_slurm(todo: list[Trial], b: Batch, cluster: SlurmCluster, image: str | None) -> list[TrialResult]:
-    """Every trial of ``todo`` as Slurm jobs through the cluster's login node; their results."""
+def run_on_slurm(todo: list[Trial], b: Batch, cluster: SlurmCluster, image: str | None,
+                 nodes: list[str] | None = None) -> list[TrialResult]:
+    """Every trial of ``todo`` as Slurm jobs through the cluster's login node; their results. ``nodes``
+    (names or Slurm node lists, e.g. an A/B confirmation's first round's): every job runs on them only
+    (the partition's other nodes are excluded; Slurm picks as many of them as a job needs)."""
     ran: list[TrialResult] = []
     with SSHPool(cluster.login_cluster()) as pool:
         login = cluster.login_names[0]
         validate_before_submit(cluster, pool, login)
-        run = _Run(cluster, todo, b, image, pool, login)
+        outside = None
+        if nodes:
+            res = pool.run(login, slurm_jobs.pinned_nodes_command(cluster.slurm.partition, nodes), timeout=60)
+            outside = slurm_jobs.outside_pinned(res.stdout, cluster.slurm.partition)
+            b.display.emit(f"Slurm jobs pinned to {', '.join(nodes)} (--exclude of the partition's other nodes)")
+        run = _Run(cluster, todo, b, image, pool, login, outside)
         slurm_trial.prepare(pool, login, run.opts, b.suite)
         b.display.emit(f"Slurm partition {cluster.slurm.partition}: {len(todo)} trial(s), "
                        f"at most {cluster.slurm.max_in_flight} job(s) in flight")

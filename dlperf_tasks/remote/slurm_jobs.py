@@ -122,6 +122,29 @@ def unavailable_nodes(stdout: str) -> list[str]:
     return out
 
 
+def pinned_nodes_command(partition: str, nodes) -> str:
+    """The partition's node names, a marker line, then the names of ``nodes`` (Slurm node lists such as
+    ``node[3-4]``, as a trial record keeps them) expanded by ``scontrol show hostnames``."""
+    joined = ",".join(nodes)
+    if not re.match(r"^[A-Za-z0-9_.,\[\]-]{1,2000}$", joined) or not re.match(r"^[A-Za-z0-9_.-]{1,128}$", partition):
+        raise RemoteError(f"slurm: {joined[:100]!r} in partition {partition[:100]!r} is not a node list")
+    return f"sinfo -h -N -p {shlex.quote(partition)} -o %N; echo @@pinned; scontrol show hostnames {shlex.quote(joined)}"
+
+
+def outside_pinned(stdout: str, partition: str) -> list[str]:
+    """The partition's nodes not among the pinned ones (what ``--exclude`` gets, so Slurm places every job
+    on the pinned nodes only, as many of them as the job asks for); a pinned node the partition does not
+    have is an error naming it."""
+    part_text, _, pinned_text = stdout.partition("@@pinned")
+    part, pinned = set(part_text.split()), set(pinned_text.split())
+    if not pinned:
+        raise RemoteError(f"slurm: no pinned node names from scontrol show hostnames ({stdout.strip()[-200:]!r})")
+    missing = sorted(pinned - part)
+    if missing:
+        raise RemoteError(f"slurm: pinned node(s) {', '.join(missing)} not in partition {partition}")
+    return sorted(part - pinned)
+
+
 def cancel_command(ids) -> str:
     return "scancel " + " ".join(check_job_ids(ids)) if ids else "true"
 

@@ -151,7 +151,9 @@ def test_bad_partition_is_refused_at_submission(login, slurm_cluster_clean, sim_
 
 def test_sweep_runs_every_trial_as_a_job_and_writes_the_usual_result(slurm_cluster_clean, sim_cluster, tmp_path):
     """engine.sweep.run_sweep on the Slurm cluster file: two cells (1n1g, 2n1g), a job each, result.json and
-    report.md as on the Docker runtime, each job's accounting in slurm_jobs.json."""
+    report.md as on the Docker runtime, each job's accounting in slurm_jobs.json. The sweep is pinned to
+    ``node[3-4]`` as an A/B confirmation pins its later rounds to the Slurm node list its first round got
+    (engine/abconfirm.run_ab passes the trial records' node lists on as ``SweepOptions.nodes``)."""
     import json
 
     from dlperf_tasks.catalog.overrides import Overrides
@@ -164,7 +166,7 @@ def test_sweep_runs_every_trial_as_a_job_and_writes_the_usual_result(slurm_clust
     cluster = SlurmCluster.from_yaml(slurm_cluster_clean.yaml_path)
     res = run_sweep(suite, the_plan, cluster, tmp_path / "out",
                     SweepOptions(image=sim_cluster.image("pytorch:20.06-py3"), poll_s=0.5, retries=0,
-                                 progress=sys.stderr))
+                                 progress=sys.stderr, nodes=["node[3-4]"]))
     assert len(res.ran) == len(the_plan.trials) >= 2
     logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in sorted(res.out_dir.rglob("*.log")))
     assert {r.status for r in res.ran} == {TrialStatus.OK}, ([r.reason for r in res.ran], logs)
@@ -172,6 +174,10 @@ def test_sweep_runs_every_trial_as_a_job_and_writes_the_usual_result(slurm_clust
     assert (res.out_dir / "result.json").exists() and (res.out_dir / "report.md").exists()
     jobs = json.loads((res.out_dir / "slurm_jobs.json").read_text())
     assert [rec[0]["state"] for rec in jobs.values()] == ["COMPLETED"] * len(the_plan.trials)
+    hosts = {h for rec in jobs.values() for h in slurm_cluster_clean.run("scontrol", "show", "hostnames",
+                                                                         rec[0]["nodes"]).stdout.split()}
+    assert hosts == {"node3", "node4"}, jobs  # the 2-node cell on both, the others on either
+    assert sorted(n for r in res.ran for n in r.nodes) == sorted(rec[0]["nodes"] for rec in jobs.values())
     assert slurm_cluster_clean.jobs() == []
 
 

@@ -157,3 +157,16 @@ def test_an_ended_job_never_seen_running_keeps_sacct_s_node_list():
     st = sj.JobState("7", "FAILED", nodes="node4", exit_code=1, source="sacct")
     assert sj.with_allocation(st, "") is st
     assert sj.with_allocation(st, "node[3-4]").nodes == "node[3-4]" and st.nodes == "node4"
+
+
+def test_pinned_nodes_become_the_exclusion_of_the_partition_s_other_nodes():
+    cmd = sj.pinned_nodes_command("gpu", ["node[3-4]"])
+    assert cmd == "sinfo -h -N -p gpu -o %N; echo @@pinned; scontrol show hostnames 'node[3-4]'"
+    out = "node1\nnode2\nnode3\nnode4\n@@pinned\nnode3\nnode4\n"
+    assert sj.outside_pinned(out, "gpu") == ["node1", "node2"]
+    with pytest.raises(RemoteError, match="pinned node.s. node9 not in partition gpu"):
+        sj.outside_pinned("node1\n@@pinned\nnode9\n", "gpu")
+    with pytest.raises(RemoteError, match="no pinned node names"):
+        sj.outside_pinned("node1\n@@pinned\n", "gpu")
+    with pytest.raises(RemoteError, match="not a node list"):
+        sj.pinned_nodes_command("gpu", ["node1; reboot"])
