@@ -203,6 +203,9 @@ def plan_confirm(group: str, suite_ids: list[str], params: Mapping[str, Any], se
             raise ValueError(f"suite {plan.suite} is not one of this DAG's ({', '.join(sorted(suite_ids))})")
         suite = load_suite(plan.suite, settings.catalog_path)
         cluster = load_cluster(settings)
+        if cluster is not None and not hasattr(cluster, "nodes"):  # a Slurm cluster file: no node inventory
+            raise ValueError(f"cluster {cluster.name} is a Slurm cluster: its A/B confirmation runs through "
+                             "`dlperf confirm` (the DAG's confirmation run cannot pin Slurm nodes yet)")
         plan.image_a, plan.image_b = _image(plan.image_a, cluster, "image_a"), _image(plan.image_b, cluster, "image_b")
         p = plan_for(suite, plan.cells, trials=plan.rounds)
         if cluster is not None:
