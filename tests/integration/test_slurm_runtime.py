@@ -50,6 +50,14 @@ def _wait(pool, login, job_id, done, timeout=120.0) -> slurm_jobs.JobState:
         time.sleep(0.5)
 
 
+def _queue_empties(c, timeout: float = 60.0) -> None:
+    """squeue lists no job any more (an ended job stays COMPLETING while its epilog runs)."""
+    deadline = time.monotonic() + timeout
+    while c.jobs() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert c.jobs() == []
+
+
 def _job_output(pool, host, job, job_id) -> str:
     """The batch script's own output and node 0's rank log (shown when a job fails)."""
     parts = [pool.read(host, f"{job.log_dir}/{name}") or b"" for name in (f"slurm-{job_id}.out", "rank-node0.log")]
@@ -133,7 +141,7 @@ def test_busy_partition_shows_the_pending_reason_and_cancel_leaves_nothing(login
         st = _wait(pool, host, job_id, lambda s: not s.active and s.source == "sacct")
         status, reason = slurm_jobs.end_status(st)
         assert status == TrialStatus.NOT_RUN and "CANCELLED" in reason
-    assert c.jobs() == []
+    _queue_empties(c)  # sacct has the end while squeue still shows the job COMPLETING (its epilog)
     c.wait_containers(lambda ids: ids == [], timeout=30)
 
 
@@ -206,9 +214,5 @@ def test_a_node_dying_mid_trial_ends_node_fail_and_a_trial_over_its_time_limit_e
     res = slurm_trial.gate_job(pool, host, slow_job.log_dir, slow, timed, tmp_path, time.time() - 60)
     assert res.status == TrialStatus.TIMEOUT and res.status.retriable, (res.status, res.reason)
     assert res.reason.startswith(f"slurm job {slow_id} TIMEOUT") and not res.valid, res.reason
-    # the dead node's epilog runs once its slurmd is back (the job is COMPLETING until then)
-    deadline = time.monotonic() + 60
-    while c.jobs() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert c.jobs() == []
+    _queue_empties(c)  # the dead node's epilog runs once its slurmd is back (the job is COMPLETING until then)
     c.wait_containers(lambda ids: ids == [], timeout=30)
