@@ -57,6 +57,22 @@ class ContainerSpec:
         """What nodes pull: ``repo:tag@sha256:...`` when the catalog pins a digest, else the tag."""
         return f"{self.image.split('@')[0]}@{self.digest}" if self.digest else self.image
 
+    def pinned_for(self, image: str | None) -> str | None:
+        """The digest that pins ``image`` (what a trial runs): the catalog's, for the catalog's tag, also
+        through a site mirror (same tag); None for another tag (conf image_tag) or without a digest."""
+        return self.digest if self.digest and _tag(image or self.image) == _tag(self.image) else None
+
+    def pinned_ref(self, image: str | None) -> str:
+        """``image`` (default the catalog's) referenced by its pinned digest, when one pins it."""
+        base, digest = image or self.image, self.pinned_for(image)
+        return f"{base}@{digest}" if digest and "@" not in base else base
+
+
+def _tag(image: str) -> str:
+    """The tag of ``registry/repo:tag[@digest]`` ("" when none)."""
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return last.rsplit(":", 1)[1] if ":" in last else ""
+
 
 @dataclass(frozen=True, slots=True)
 class Suite:

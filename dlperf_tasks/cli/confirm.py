@@ -45,7 +45,7 @@ def run(args) -> int:
     from dlperf_tasks.core.errors import DlperfError
     from dlperf_tasks.history import confirm as C
     from dlperf_tasks.history.source import store_for
-    from dlperf_tasks.remote.inventory import Cluster
+    from dlperf_tasks.remote.slurm_inventory import load_cluster
 
     store = store_for(args.store)
     regressions = store.read_annotation(args.run_id, "regressions")
@@ -68,7 +68,7 @@ def run(args) -> int:
           f"B = {plan.image_b}; {plan.rounds} rounds on {args.nodes or 'the leased nodes'}", file=sys.stderr)
     out = args.out or tempfile.mkdtemp(prefix="dlperf-confirm-")
     nodes = [n.strip() for n in args.nodes.split(",") if n.strip()] if args.nodes else None
-    values, env_a, env_b = run_ab(plan, suite, Cluster.from_yaml(args.cluster), out, nodes=nodes,
+    values, env_a, env_b = run_ab(plan, suite, load_cluster(args.cluster), out, nodes=nodes,
                                   progress=lambda line: print(line, file=sys.stderr))
     doc = C.judge(plan, values, min_effect=args.min_effect, env_a=env_a or None, env_b=env_b or None)
     print(f"{plan.finding}: {doc['status'].upper()} - {doc['note']}")

@@ -71,11 +71,12 @@ def plan_for(suite, cells: list[str], trials: int = 1):
 def resolve_ref(ref: str, cluster) -> str:
     """An image reference as the store keeps it, made pullable: published runs have addresses and
     host names redacted (``<ip-1>:5000/nvidia/x@sha256:..``); a redacted registry part is replaced
-    by the cluster's own registry (inventory ``registry.server``), the digest keeps it exact."""
+    by the cluster's own registry (inventory ``registry.server``, a Slurm cluster file's too), the digest
+    keeps it exact."""
     head, sep, rest = ref.partition("/")
     if not (sep and head.startswith("<") and ">" in head):
         return ref
-    server = getattr(getattr(cluster, "registry", None), "server", None)
+    server = getattr(getattr(cluster, "registry", None), "server", None) or getattr(cluster, "registry_server", None)
     if not server:
         raise DlperfError(f"image {ref} has a redacted registry and the cluster names none; "
                           "give the images with --image-a/--image-b")
@@ -202,6 +203,9 @@ def plan_confirm(group: str, suite_ids: list[str], params: Mapping[str, Any], se
             raise ValueError(f"suite {plan.suite} is not one of this DAG's ({', '.join(sorted(suite_ids))})")
         suite = load_suite(plan.suite, settings.catalog_path)
         cluster = load_cluster(settings)
+        if cluster is not None and not hasattr(cluster, "nodes"):  # a Slurm cluster file: no node inventory
+            raise ValueError(f"cluster {cluster.name} is a Slurm cluster: its A/B confirmation runs through "
+                             "`dlperf confirm` (the DAG's confirmation run cannot pin Slurm nodes yet)")
         plan.image_a, plan.image_b = _image(plan.image_a, cluster, "image_a"), _image(plan.image_b, cluster, "image_b")
         p = plan_for(suite, plan.cells, trials=plan.rounds)
         if cluster is not None:

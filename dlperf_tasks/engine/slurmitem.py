@@ -32,7 +32,7 @@ from dlperf_tasks.remote import slurm_jobs, slurm_trial
 from dlperf_tasks.remote.slurm_check import partition_findings, validate_before_submit
 from dlperf_tasks.remote.slurm_inventory import SlurmCluster, scheduler_of
 from dlperf_tasks.remote.slurm_jobs import JobState
-from dlperf_tasks.remote.slurm_script import options_of, run_prefix
+from dlperf_tasks.remote.slurm_script import options_of, run_prefix, trial_prefix
 from dlperf_tasks.remote.ssh import SSHPool
 from dlperf_tasks.store.quarantine import Quarantine
 from dlperf_tasks.telemetry.commands import gpu_loop_command
@@ -109,7 +109,8 @@ def start(trial: Trial, suite, rd: RunDir, settings, *, image: str | None, attem
     emit(f"  submit {trial.id} as Slurm job {job_id} ({job.name}, partition {opts.partition}{excluded})")
     return {"trial": trial.to_dict(), "run_id": rd.run_id, "image": image,
             "slurm": {"job_id": job_id, "name": job.name, "log_dir": job.log_dir, "login": login,
-                      "submitted_at": time.time(), "attempt": attempt}}
+                      "submitted_at": time.time(), "attempt": attempt,
+                      "pinned": slurm_trial.pinned_digest(suite, opts, image)}}
 
 
 class JobProgress:
@@ -150,8 +151,7 @@ class JobProgress:
     def event(self, st: JobState) -> dict[str, Any]:
         """The end event; the node list is the allocation seen running (sacct's row right at the end may
         name only the nodes still completing), else sacct's."""
-        if self.allocated and st.nodes != self.allocated:
-            st = dataclasses.replace(st, nodes=self.allocated)
+        st = slurm_jobs.with_allocation(st, self.allocated)
         return {"status": "ended", "job": st.to_dict(), "pending": list(self.notes), "summary": summary(st, self.notes)}
 
 
@@ -219,7 +219,7 @@ def finish(state: Mapping[str, Any], event: Mapping[str, Any], rd: RunDir, setti
     with SSHPool(cluster.login_cluster()) as pool:
         try:
             res = slurm_trial.gate_job(pool, job["login"], job["log_dir"], trial, st, Path(rd.path),
-                                       float(job.get("submitted_at") or time.time()))
+                                       float(job.get("submitted_at") or time.time()), pinned=job.get("pinned"))
             if st.state == "NODE_FAIL" and st.nodes:  # which of the job's nodes Slurm reports down
                 bad = slurm_jobs.unavailable_nodes(pool.run(job["login"], slurm_jobs.node_states_command(st.nodes),
                                                             timeout=60).stdout)
@@ -236,6 +236,19 @@ def cancel_started(state: dict[str, Any], settings) -> None:
     cluster = slurm_cluster(settings)
     with SSHPool(cluster.login_cluster()) as pool:
         slurm_trial.cancel(pool, job["login"], [job["job_id"]])
+
+
+def cancel_trial_jobs(settings, run_id: str, trial_key: str) -> list[str]:
+    """``scancel`` every job of one trial still queued or running (any attempt: its job name starts with
+    ``dlperf.<run id>.<trial key>.a``): what a killed trial task does, whether it was killed before its
+    job was handed to the trigger or while deferred. The ids cancelled."""
+    cluster = slurm_cluster(settings)
+    login = cluster.login_names[0]
+    with SSHPool(cluster.login_cluster()) as pool:
+        ids = _run_jobs(pool, login, (trial_prefix(run_id, trial_key),))
+        if ids:
+            slurm_trial.cancel(pool, login, ids)
+    return ids
 
 
 def cancel_run_jobs(settings, run_ids, timeout_s: float = 60.0) -> tuple[list[str], list[str]]:

@@ -7,8 +7,8 @@ Before anything is submitted the partition, account, QoS and reservation are che
 ``sacct`` for every job of the run. An ended job's per-rank logs are copied into the run dir where the
 Docker runtime puts them and gated the same way (``measure.extract.gate_run_logs``); Slurm's end state
 becomes the runtime status with its reason (``remote.slurm_jobs.end_status``), retriable ones are
-retried under the sweep's retry count. Each attempt's job (id, node list, sacct state, exit code, queue
-and run time) is kept in ``slurm_jobs.json`` in the run dir. A stop, an error or Ctrl-C ``scancel``s
+retried under the sweep's retry count. Each attempt's job (id, node list: the allocation squeue showed
+while it ran, else sacct's; sacct state, exit code, queue and run time) is kept in ``slurm_jobs.json`` in the run dir. A stop, an error or Ctrl-C ``scancel``s
 every job still queued or running.
 """
 
@@ -29,10 +29,12 @@ from dlperf_tasks.telemetry.commands import gpu_loop_command
 
 
 class _Run:
-    def __init__(self, cluster: SlurmCluster, todo: list[Trial], b: Batch, image: str | None, pool, login: str):
+    def __init__(self, cluster: SlurmCluster, todo: list[Trial], b: Batch, image: str | None, pool, login: str,
+                 outside: list[str] | None = None):
         self.b, self.pool, self.login, self.image = b, pool, login, image
         quarantined = b.decisions.excluded() if b.decisions is not None else {}
-        self.opts = options_of(cluster.slurm, quarantined)
+        self.opts = options_of(cluster.slurm, [*quarantined, *(outside or [])])
+        self.pinned = slurm_trial.pinned_digest(b.suite, self.opts, image if b.suite.container else None)
         self.queue = slurm_trial.SubmitQueue(cluster.slurm.max_in_flight, waiting=[t.id for t in todo])
         self.trials = {t.id: t for t in todo}
         self.attempt = {t.id: 1 for t in todo}
@@ -40,6 +42,7 @@ class _Run:
         self.started: dict[str, float] = {}
         self.records: dict[str, list[dict[str, Any]]] = {}
         self.notes: dict[str, str] = {}
+        self.allocated: dict[str, str] = {}  # trial id -> the node list squeue showed while its job ran
 
     def submit_more(self) -> None:
         for tid in self.queue.to_submit():
@@ -58,16 +61,20 @@ class _Run:
             st = states.get(self.queue.jobs[tid])
             if st is None:
                 continue
+            if st.state == "RUNNING" and st.nodes:
+                self.allocated[tid] = st.nodes
             note = slurm_jobs.pending_note(st) + (f" on {st.nodes}" if st.state == "RUNNING" and st.nodes else "")
             if self.notes.get(tid) != note:
                 self.notes[tid] = note
                 self.b.display.emit(f"         {tid} job {st.job_id}: {note}")
 
     def finish(self, tid: str) -> TrialResult:
-        trial, job, st = self.trials[tid], self.jobs[tid], self.queue.ended[tid]
+        trial, job = self.trials[tid], self.jobs[tid]
+        st = slurm_jobs.with_allocation(self.queue.ended[tid], self.allocated.pop(tid, ""))
         self.records.setdefault(tid, []).append({**slurm_jobs.trial_record(st), "attempt": self.attempt[tid]})
         write_json(self.b.rd.path / "slurm_jobs.json", self.records)
-        return slurm_trial.gate_job(self.pool, self.login, job.log_dir, trial, st, self.b.rd.path, self.started[tid])
+        return slurm_trial.gate_job(self.pool, self.login, job.log_dir, trial, st, self.b.rd.path, self.started[tid],
+                                    pinned=self.pinned)
 
     def step(self, ran: list[TrialResult]) -> None:
         states = slurm_trial.poll(self.pool, self.login, self.queue.active_job_ids())
@@ -83,13 +90,21 @@ class _Run:
             ran.append(r)
 
 
-def run_on_slurm(todo: list[Trial], b: Batch, cluster: SlurmCluster, image: str | None) -> list[TrialResult]:
-    """Every trial of ``todo`` as Slurm jobs through the cluster's login node; their results."""
+def run_on_slurm(todo: list[Trial], b: Batch, cluster: SlurmCluster, image: str | None,
+                 nodes: list[str] | None = None) -> list[TrialResult]:
+    """Every trial of ``todo`` as Slurm jobs through the cluster's login node; their results. ``nodes``
+    (names or Slurm node lists, e.g. an A/B confirmation's first round's): every job runs on them only
+    (the partition's other nodes are excluded; Slurm picks as many of them as a job needs)."""
     ran: list[TrialResult] = []
     with SSHPool(cluster.login_cluster()) as pool:
         login = cluster.login_names[0]
         validate_before_submit(cluster, pool, login)
-        run = _Run(cluster, todo, b, image, pool, login)
+        outside = None
+        if nodes:
+            res = pool.run(login, slurm_jobs.pinned_nodes_command(cluster.slurm.partition, nodes), timeout=60)
+            outside = slurm_jobs.outside_pinned(res.stdout, cluster.slurm.partition)
+            b.display.emit(f"Slurm jobs pinned to {', '.join(nodes)} (--exclude of the partition's other nodes)")
+        run = _Run(cluster, todo, b, image, pool, login, outside)
         slurm_trial.prepare(pool, login, run.opts, b.suite)
         b.display.emit(f"Slurm partition {cluster.slurm.partition}: {len(todo)} trial(s), "
                        f"at most {cluster.slurm.max_in_flight} job(s) in flight")

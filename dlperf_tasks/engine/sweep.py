@@ -120,7 +120,8 @@ def run_sweep(suite, plan, cluster: Cluster | SlurmCluster | None, out_dir: str 
         prepare_local(rd)
         ran = run_locally(todo, batch)
     elif isinstance(cluster, SlurmCluster):
-        ran = run_on_slurm(todo, batch, cluster, opts.image or cluster.resolve_image(plan.image)) if todo else []
+        ran = run_on_slurm(todo, batch, cluster, opts.image or cluster.resolve_image(plan.image),
+                           nodes=opts.nodes) if todo else []
     elif todo:
         ran, skipped = _on_cluster(suite, plan, cluster, todo, batch, opts)
     # aggregate what the trial records say, as the per-trial tasks' path does (one record format)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, cast
@@ -25,6 +26,7 @@ from dlperf_tasks.engine.rundir import RunDir
 from dlperf_tasks.engine.runset import TrialItem
 from dlperf_tasks.engine.clusterconf import load_cluster
 from dlperf_tasks.catalog.loader import load_suite
+from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.core.model import Trial, TrialResult, TrialStatus
 from dlperf_tasks.frameworks import get
 from dlperf_tasks.remote.local import launch_specs
@@ -53,6 +55,7 @@ from dlperf_tasks.report.result_json import trial_record
 from dlperf_tasks.remote.trial import abort_trial
 from dlperf_tasks.telemetry import hooks
 
+log = logging.getLogger(__name__)
 _STOP_EVENTS: dict[str, threading.Event] = {}
 
 
@@ -262,6 +265,8 @@ def start_item(item: TrialItem | Mapping[str, Any], settings, attempt: TaskTry |
     if settings.is_local:
         return {"record": _record(item, rd, run_local(trial, suite, rd, display), display, attempt)}
     if slurmitem.is_slurm(settings):  # a Slurm job: the scheduler places it, no lease
+        # a fresh stop event, as for a leased trial; a kill from here on sets it and the watcher sees it
+        _STOP_EVENTS[_stop_key(rd.run_id, trial.key)] = threading.Event()
         return {"started": slurmitem.start(trial, suite, rd, settings, image=item.image, attempt=attempt.number,
                                            emit=display.emit)}
     try:
@@ -333,12 +338,12 @@ def run_item(item: TrialItem | Mapping[str, Any], settings, attempt: TaskTry | N
 def _run_slurm_item(item: TrialItem, settings, attempt: TaskTry, display, poll_s: float) -> dict[str, Any]:
     """A trial on a Slurm cluster, not deferred: submit, watch the job here (a stop cancels it), finish."""
     key = _stop_key(item.run_id, item.key)
-    stop = _STOP_EVENTS[key] = threading.Event()
     try:
         got = start_item(item, settings, attempt, display=display)
         if "record" in got:
             return got["record"]
         state = got["started"]
+        stop = _STOP_EVENTS.setdefault(key, threading.Event())  # start_item's (a kill since then set it)
         event = slurmitem.wait(state, settings, poll_s=max(poll_s, 1.0), stop=stop, emit=display.emit)
         return finish_item(item, settings, state, event, attempt, display=display)
     finally:
@@ -361,9 +366,14 @@ def stop_trial(item: TrialItem | Mapping[str, Any], settings) -> None:
     if settings.is_local:
         local.stop(trial.key)
         return
-    event = _STOP_EVENTS.get(_stop_key(item.run_id, trial.key))
-    if event is not None:  # the running remote trial stops, kills its jobs and cleans its nodes
-        event.set()
+    # the running remote trial stops, kills its jobs and cleans its nodes; a watcher that starts only
+    # after this (the trigger of a task killed between its start and its deferral) finds the event set
+    _STOP_EVENTS.setdefault(_stop_key(item.run_id, trial.key), threading.Event()).set()
+    if slurmitem.is_slurm(settings):  # its job goes now, submitted or queued, whoever watches it
+        try:
+            slurmitem.cancel_trial_jobs(settings, item.run_id, trial.key)
+        except (RemoteError, Retriable, OSError) as exc:  # the watcher and the run's cleanup scancel too
+            log.warning("trial %s: scancel of its Slurm job failed: %s", trial.id, exc)
 
 
 def stop_runs(run_ids: set[str]) -> None:

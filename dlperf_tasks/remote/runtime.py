@@ -95,13 +95,6 @@ class DigestMismatch(RemoteError):
     """A node holds another image than the digest the catalog pins: the trial is refused."""
 
 
-def _tag(image: str) -> str:
-    """The tag of ``registry/repo:tag[@digest]`` ("" when none)."""
-    ref = image.split("@", 1)[0]
-    last = ref.rsplit("/", 1)[-1]
-    return last.rsplit(":", 1)[1] if ":" in last else ""
-
-
 class DockerRuntime(HostRuntime):
     kind = "docker"
 
@@ -111,9 +104,8 @@ class DockerRuntime(HostRuntime):
         self.ssh_port = int(ssh_port or spec.sshd_port or 22)
         # the catalog's pinned digest: pulled by digest and checked on every node; it pins the
         # catalog's tag, also through a site mirror (same tag), not another tag (conf image_tag)
-        self.pinned_digest = spec.digest if spec.digest and _tag(image or spec.image) == _tag(spec.image) else None
-        base = image or spec.image
-        self.image = f"{base}@{self.pinned_digest}" if self.pinned_digest and "@" not in base else base
+        self.pinned_digest = spec.pinned_for(image)
+        self.image = spec.pinned_ref(image)
         self.registry = registry
         self.sshd_command = sshd_command
         self._mpi_key: tuple[str, str] | None = None

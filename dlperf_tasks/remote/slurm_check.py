@@ -40,9 +40,11 @@ class Finding:
 
 
 def _one_line(text: str, limit: int = 300, about: str = "") -> str:
-    """The lines that say why (the first naming ``about``, e.g. ``pyxis:``, then the last) as one line."""
+    """The lines that say why (the first naming ``about``, e.g. ``pyxis:``, an error or failure first: pyxis
+    prints ``pyxis: importing docker image: ...`` before it fails, then the last) as one line."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    named = [ln for ln in lines if about and about in ln][:1]
+    named = [ln for ln in lines if about and about in ln]
+    named = ([ln for ln in named if "error" in ln.lower() or "fail" in ln.lower()] or named)[:1]
     picked = named + [ln for ln in lines[-1:] if ln not in named] if named else lines[-2:]
     out = " | ".join(picked) if picked else "(no output)"
     return out if len(out) <= limit else out[: limit - 3] + "..."

@@ -19,6 +19,7 @@ Job ids are checked to be numeric before they reach a command line; nothing else
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from dataclasses import asdict, dataclass
@@ -119,6 +120,29 @@ def unavailable_nodes(stdout: str) -> list[str]:
             if text not in out:
                 out.append(text)
     return out
+
+
+def pinned_nodes_command(partition: str, nodes) -> str:
+    """The partition's node names, a marker line, then the names of ``nodes`` (Slurm node lists such as
+    ``node[3-4]``, as a trial record keeps them) expanded by ``scontrol show hostnames``."""
+    joined = ",".join(nodes)
+    if not re.match(r"^[A-Za-z0-9_.,\[\]-]{1,2000}$", joined) or not re.match(r"^[A-Za-z0-9_.-]{1,128}$", partition):
+        raise RemoteError(f"slurm: {joined[:100]!r} in partition {partition[:100]!r} is not a node list")
+    return f"sinfo -h -N -p {shlex.quote(partition)} -o %N; echo @@pinned; scontrol show hostnames {shlex.quote(joined)}"
+
+
+def outside_pinned(stdout: str, partition: str) -> list[str]:
+    """The partition's nodes not among the pinned ones (what ``--exclude`` gets, so Slurm places every job
+    on the pinned nodes only, as many of them as the job asks for); a pinned node the partition does not
+    have is an error naming it."""
+    part_text, _, pinned_text = stdout.partition("@@pinned")
+    part, pinned = set(part_text.split()), set(pinned_text.split())
+    if not pinned:
+        raise RemoteError(f"slurm: no pinned node names from scontrol show hostnames ({stdout.strip()[-200:]!r})")
+    missing = sorted(pinned - part)
+    if missing:
+        raise RemoteError(f"slurm: pinned node(s) {', '.join(missing)} not in partition {partition}")
+    return sorted(part - pinned)
 
 
 def cancel_command(ids) -> str:
@@ -224,18 +248,16 @@ def pending_note(st: JobState) -> str:
     return f"pending ({reason})"
 
 
+def with_allocation(st: JobState, allocated: str) -> JobState:
+    """An ended job's state with the node list seen while it ran (``allocated``, squeue's while RUNNING):
+    sacct's row right at the end may name only the nodes still completing (``node1`` of ``node[1-2]``)."""
+    if allocated and st.nodes != allocated:
+        return dataclasses.replace(st, nodes=allocated)
+    return st
+
+
 def trial_record(st: JobState) -> dict:
     """What the trial record keeps of its job: id, node list, sacct state, exit code, queue and run time."""
     return {"job_id": st.job_id, "nodes": st.nodes, "state": st.state, "exit_code": st.exit_code,
             "queue_s": st.queue_s, "elapsed_s": st.elapsed_s}
 
-
-def check_digest(expected: str | None, imported: str | None, job_id: str) -> str:
-    """Empty when the digest enroot imported is the one the run pinned; else the refusal's reason."""
-    if not expected:
-        return ""
-    if not imported:
-        return f"slurm job {job_id}: no image digest recorded (the pinned one is {expected})"
-    if imported.strip() != expected.strip():
-        return f"slurm job {job_id}: image digest {imported.strip()} differs from the pinned {expected}"
-    return ""

@@ -132,6 +132,11 @@ def run_prefix(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", f"dlperf.{run_id}.")
 
 
+def trial_prefix(run_id: str, trial_key: str) -> str:
+    """The start of the job names of every attempt of one trial: ``dlperf.<run id>.<trial key>.a``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"dlperf.{run_id}.{trial_key}.a")[:200]
+
+
 def placeholder_nodes(count: int, gpus: int, interface: str | None = None) -> list[NodeSpec]:
     """Node specs a framework's launch gets on Slurm: addresses are placeholders for the hosts Slurm gives."""
     return [NodeSpec(name=f"node{k}", address=_HOST_MARK.format(k), gpus=gpus, interface=interface)

@@ -26,7 +26,7 @@ from dlperf_tasks.frameworks._nccl_probe import probe_launcher
 from dlperf_tasks.frameworks.launchspec import LaunchSpec
 from dlperf_tasks.measure.extract import gate_run_logs
 from dlperf_tasks.measure.interconnect import failed_probe, probe_record, probe_settings
-from dlperf_tasks.remote import slurm_jobs
+from dlperf_tasks.remote import slurm_image, slurm_jobs
 from dlperf_tasks.remote.dockercmd import TRIAL_ENV, expand
 from dlperf_tasks.remote.slurm_jobs import JobState
 from dlperf_tasks.remote.slurm_script import ProbeStep, SlurmJob, SlurmOptions, placeholder_nodes, render_job
@@ -49,6 +49,7 @@ def build_job(trial: Trial, suite, run_id: str, opts: SlurmOptions, *, image: st
         settings["node_files_dir"] = node_files_dir(opts.shared_dir)
     if opts.container != "none" and getattr(suite, "container", None) is not None:
         opts = dataclasses.replace(opts, mounts=(*suite_mounts(suite, opts), *opts.mounts))
+        image = suite.container.pinned_ref(image) if image else image  # by the catalog's digest, as on Docker
     launches = []
     for r in ([0] if fw.launch_mode == "mpi" else range(topo.nodes)):
         spec = fw.checked_launch(trial, r, specs, settings)
@@ -103,6 +104,16 @@ def collect_probe(pool: SSHPool, login: str, log_dir: str, trial: Trial, out_dir
                         log=str(Path("probes") / (Path(log_dir).name + ".log")))
 
 
+def pinned_digest(suite, opts: SlurmOptions, image: str | None) -> str | None:
+    """The digest pyxis must report importing on every node (the catalog's pin of ``image``, the rule the
+    Docker runtime follows); None when nothing pins it or the container mode is not pyxis (apptainer pulls
+    the digest reference itself and prints no import line to check)."""
+    container = getattr(suite, "container", None)
+    if opts.container != "pyxis" or not image or container is None:
+        return None
+    return container.pinned_for(image)
+
+
 def suite_mounts(suite, opts: SlurmOptions) -> list[str]:
     """The suite's container mounts on the cluster: ``${workdir}`` is the shared work directory (where
     :func:`prepare` puts the catalog files), ``${data_dir}`` its ``data`` directory."""
@@ -145,32 +156,52 @@ def cancel(pool: SSHPool, login: str, job_ids) -> None:
 def collect_logs(pool: SSHPool, login: str, log_dir: str, trial: Trial, out_dir: Path) -> list[str]:
     """Copy each node's output (``<log_dir>/rank-node<k>.log``) to ``out_dir / log_relpath(trial, k)``;
     the names of logs that were missing."""
-    fw = frameworks.get(trial.cell.framework)
-    ranks = [0] if fw.launch_mode == "mpi" else range(trial.cell.topology.nodes)
     missing = []
-    for k in ranks:
-        dest = Path(out_dir) / fw.log_relpath(trial, k)
+    for k, dest in _rank_logs(trial, out_dir):
         dest.parent.mkdir(parents=True, exist_ok=True)
         if not pool.get(login, f"{log_dir}/rank-node{k}.log", str(dest)):
             missing.append(f"rank-node{k}.log")
     return missing
 
 
+def _rank_logs(trial: Trial, out_dir: Path) -> list[tuple[int, Path]]:
+    fw = frameworks.get(trial.cell.framework)
+    ranks = [0] if fw.launch_mode == "mpi" else range(trial.cell.topology.nodes)
+    return [(k, Path(out_dir) / fw.log_relpath(trial, k)) for k in ranks]
+
+
+def image_env(pool: SSHPool, login: str, log_dir: str, trial: Trial, job_id: str,
+              out_dir: Path) -> dict[str, dict[str, str | None]]:
+    """Each node's ``node_env`` (the digest pyxis imported there), from the copied rank logs; nodes are
+    named as Slurm named them (the batch script's ``dlperf-nodes:`` line), else ``node<k>``."""
+    batch_out = pool.read(login, f"{log_dir}/slurm-{job_id}.out", max_bytes=65536) or b""
+    hosts = slurm_image.batch_hosts(batch_out.decode(errors="replace"))
+    return slurm_image.node_images((hosts[k] if k < len(hosts) else f"node{k}", slurm_image.read_head(dest))
+                                   for k, dest in _rank_logs(trial, out_dir) if dest.is_file())
+
+
 def gate_job(pool: SSHPool, login: str, log_dir: str, trial: Trial, st: JobState, out_dir: Path,
-             submitted_at: float) -> TrialResult:
+             submitted_at: float, pinned: str | None = None) -> TrialResult:
     """An ended job's trial result: its rank logs copied into ``out_dir`` and gated as on the Docker runtime,
     Slurm's end state as the runtime status with its reason (``slurm_jobs.end_status``). The record keeps
     the job: ``nodes`` Slurm's node list, ``exit_codes`` ``{"job <id>": code}``, ``started_at`` when the job
-    started (submitted + queue time) and ``finished_at`` that plus sacct's elapsed run time."""
+    started (submitted + queue time) and ``finished_at`` that plus sacct's elapsed run time; ``node_env``
+    the digest pyxis imported on each node. ``pinned``: the digest the catalog pins; a node that did not
+    import it refuses the trial (LAUNCH_FAILED, as the Docker runtime refuses another digest)."""
     status, reason = slurm_jobs.end_status(st)
     missing = collect_logs(pool, login, log_dir, trial, out_dir)
     if missing and status is None:
         status, reason = TrialStatus.LAUNCH_FAILED, f"slurm job {st.job_id}: no {', '.join(missing)}"
+    env = image_env(pool, login, log_dir, trial, st.job_id, out_dir)
+    refused = slurm_image.refusal(pinned, env, st.job_id)
+    if refused and status is None:
+        status, reason = TrialStatus.LAUNCH_FAILED, refused
     started = submitted_at + (st.queue_s or 0.0)
     finished = started + st.elapsed_s if st.elapsed_s is not None else time.time()
     res = gate_run_logs(trial, out_dir, exit_codes={f"job {st.job_id}": 0 if status is None else st.exit_code},
                         runtime_status=status, runtime_reason=reason, nodes=[st.nodes] if st.nodes else [],
                         started_at=started, finished_at=max(started, finished))
+    res.node_env = env
     res.interconnect = collect_probe(pool, login, log_dir, trial, out_dir, [st.nodes] if st.nodes else [])
     return res
 

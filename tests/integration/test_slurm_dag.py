@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -46,6 +48,13 @@ def _run_jobs(c, work: Path) -> list[dict]:
 
 def _running(c, work: Path) -> list[dict]:
     return _when(lambda: [j for j in _run_jobs(c, work) if j["state"] == "RUNNING"], 120, "a running job of the run")
+
+
+def _long_trial_dag(c, tmp_path: Path, monkeypatch, topology: str, speed: float):
+    """The DAG with one cell whose stand-in trains for minutes (a test stops it), and the work dir."""
+    monkeypatch.setenv("DLPERF_CATALOG_PATH", str(site_catalog(tmp_path / "catalog", "pytorch-bert", {topology: speed},
+                                                                time_scale=50.0, timeout_s=600, hang_timeout_s=300)))
+    return build_pytorch_dag(_settings(c.yaml_path, tmp_path)), tmp_path / "work"
 
 
 def _when(predicate, timeout: float, what: str):
@@ -88,6 +97,41 @@ def test_dag_runs_every_trial_as_a_slurm_job_and_writes_the_usual_results(airflo
     assert "--exclude=node1" in text and " ran " in text, text[-3000:]
     assert list((tmp_path / "store").rglob("manifest.json")), "nothing published"
     assert c.jobs() == []
+
+
+def test_killing_a_deferred_trial_task_scancels_its_job(airflow_db, slurm_cluster_clean, sim_cluster, tmp_path,
+                                                        monkeypatch):
+    """SIGTERM to the process, as the supervisor kills a task. The job runs once squeue says so, which may
+    be before the task has deferred: the kill handler scancels the trial's jobs by name at once, and the
+    trigger (run inline later by dag.test()) finds the stop set, so the task ends failed either way."""
+    c = slurm_cluster_clean
+    dag, work = _long_trial_dag(c, tmp_path, monkeypatch, "1n1g", 100.0)
+    seen: dict = {}
+
+    def watcher() -> None:
+        try:
+            seen["job"] = _running(c, work)
+            seen["killed_at"] = time.monotonic()
+            os.kill(os.getpid(), signal.SIGTERM)  # what the supervisor does to a killed task
+            _when(lambda: not _run_jobs(c, work), 60, "the job to leave squeue")
+            seen["gone_after_s"] = time.monotonic() - seen["killed_at"]
+        except AssertionError as exc:
+            seen["error"] = str(exc)
+
+    th = threading.Thread(target=watcher, daemon=True)
+    th.start()
+    dr = dag.test(run_conf={**CONF, "topologies": ["1n1g"]})
+    th.join(timeout=90)
+    states = task_states(dr)
+    assert "error" not in seen and "gone_after_s" in seen, (seen, states)
+    assert seen["gone_after_s"] < 30, seen
+    assert states[("trial", 0)] == "failed", states
+    assert states[("cleanup", -1)] == "success", states
+    assert state(dr) == "failed"
+    assert c.jobs() == []
+    job_id = seen["job"][0]["id"]
+    assert c.wait_sacct(job_id)["state"].startswith("CANCELLED"), c.sacct(job_id)
+    c.wait_containers(lambda ids: ids == [], timeout=30)
 
 
 def test_busy_partition_the_pending_reason_is_logged_then_the_job_runs(airflow_db, slurm_cluster_clean, sim_cluster,
@@ -133,10 +177,7 @@ def test_busy_partition_the_pending_reason_is_logged_then_the_job_runs(airflow_d
 def test_a_node_dying_mid_trial_makes_the_trial_invalid_with_node_fail(airflow_db, slurm_cluster_clean, sim_cluster,
                                                                        tmp_path, monkeypatch):
     c = slurm_cluster_clean
-    monkeypatch.setenv("DLPERF_CATALOG_PATH", str(site_catalog(tmp_path / "catalog", "pytorch-bert", {"2n1g": 190.0},
-                                                                time_scale=50.0, timeout_s=600, hang_timeout_s=300)))
-    work = tmp_path / "work"
-    dag = build_pytorch_dag(_settings(c.yaml_path, tmp_path))
+    dag, work = _long_trial_dag(c, tmp_path, monkeypatch, "2n1g", 190.0)
     killed: dict = {}
 
     def kill() -> None:

@@ -163,6 +163,11 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
     spank_get_item(sp, S_JOB_STEPID, &step);
     snprintf(job_s, sizeof(job_s), "%u", job);
     snprintf(step_s, sizeof(step_s), "%u", step);
+    /* pyxis's own lines, where pyxis prints them (slurm_spank_log: the step's output): "importing" only
+       when the step has one task (it may be interactive), "imported" after every import */
+    uint32_t tasks = 0;
+    if (spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &tasks) == ESPANK_SUCCESS && tasks <= 1)
+        slurm_spank_log("pyxis: importing docker image: %s", values[O_IMAGE]);
     char *argv[] = { helper, "start", job_s, step_s, node ? node : "", cluster, credentials, values[O_IMAGE],
                      values[O_MOUNTS] ? values[O_MOUNTS] : "", values[O_NAME] ? values[O_NAME] : "",
                      flags[O_MOUNT_HOME] == 0 ? "0" : "1", NULL };
@@ -172,7 +177,7 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
         start_failed = 1;
         return 0;   /* Slurm reports a failed user_init as a successful step: fail in task_init */
     }
-    slurm_info("pyxis: imported docker image: %s", values[O_IMAGE]);
+    slurm_spank_log("pyxis: imported docker image: %s", values[O_IMAGE]);
     return 0;
 }
 

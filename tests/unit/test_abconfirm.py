@@ -81,3 +81,55 @@ def test_trigger_plan_and_verdict_from_a_seeded_store(tmp_path):
     assert doc["status"] == C.CONFIRMED and doc["effect_pct"] == pytest.approx(-8.0, abs=0.3)
     assert store.read_annotation(ids[8], C.ANNOTATION)["findings"][f"throughput:{CELL}"]["status"] == C.CONFIRMED
     assert abconfirm.trigger_confs({"runs": []}, published, store) == []  # confirmed: not planned again
+
+
+def test_on_slurm_later_rounds_are_pinned_to_the_node_list_the_first_round_got(tmp_path):
+    """run_ab through a Slurm cluster file: the trial records carry Slurm's node list (``node[3-4]``), which
+    every later round gets as ``SweepOptions.nodes`` (engine/slurmsweep.py confines the jobs to it; tested on
+    the real Slurm in tests/integration/test_slurm_runtime.py); a redacted registry is the cluster file's."""
+    from types import SimpleNamespace
+
+    from dlperf_tasks.core.model import TrialResult, TrialStatus, TrialMetric
+    from dlperf_tasks.remote.slurm_inventory import SlurmCluster
+
+    cluster = SlurmCluster.from_dict({"name": "site", "scheduler": "slurm", "login": {"host": "login1", "user": "u"},
+                                      "registry": {"server": "127.0.0.1:5000"},
+                                      "slurm": {"partition": "gpu", "work_dir": "/shared"}})
+    suite = load_suite("pytorch-bert")
+    cell = next(c.id for c in plan(suite).cells if c.id.endswith("/4n8g"))
+    p = C.ConfirmPlan(suite=suite.id, run_id="flagged", finding=f"throughput:{cell}", kind="throughput", cell_id=cell,
+                      cells=[cell], image_a="<ip-1>:5000/nvidia/pytorch@sha256:" + "a" * 64,
+                      image_b="<ip-1>:5000/nvidia/pytorch@sha256:" + "b" * 64, run_a="good", rounds=2)
+    calls = []
+
+    def sweep(suite_, plan_, cluster_, out_dir, opts):
+        calls.append((opts.image, opts.nodes))
+        t = plan_.trials[0].trial
+        r = TrialResult(trial=t, status=TrialStatus.OK, nodes=["node[3-4]"],
+                        metric=TrialMetric(value=100.0 if "a" * 8 in opts.image else 90.0))
+        return SimpleNamespace(ran=[r], all=[r], result={"run": {"image": opts.image}})
+
+    values, env_a, env_b = abconfirm.run_ab(p, suite, cluster, tmp_path, sweep=sweep)
+    assert calls[0] == ("127.0.0.1:5000/nvidia/pytorch@sha256:" + "a" * 64, None)
+    assert [nodes for _, nodes in calls[1:]] == [["node[3-4]"]] * 3 and p.nodes == ["node[3-4]"]
+    assert values == {"A": {cell: [100.0, 100.0]}, "B": {cell: [90.0, 90.0]}}
+    assert env_b["image"].endswith("b" * 64)
+
+
+def test_a_dag_confirmation_run_on_a_slurm_cluster_file_is_refused_in_one_line(tmp_path):
+    import yaml
+
+    from dlperf_tasks.airflow.settings import DlperfSettings
+    from dlperf_tasks.engine.errors import NonRetriable
+
+    path = tmp_path / "slurm.yaml"
+    path.write_text(yaml.safe_dump({"name": "site", "scheduler": "slurm", "login": {"host": "login1", "user": "u"},
+                                    "slurm": {"partition": "gpu", "work_dir": "/shared"}}))
+    cfg = DlperfSettings(cluster=str(path), store_url=f"file://{tmp_path / 'store'}", work_dir=str(tmp_path / "w"))
+    suite = load_suite("pytorch-bert")
+    cell = plan(suite).cells[0].id
+    p = C.ConfirmPlan(suite=suite.id, run_id="flagged", finding=f"throughput:{cell}", kind="throughput", cell_id=cell,
+                      cells=[cell], image_a="r/x@sha256:" + "a" * 64, image_b="r/x@sha256:" + "b" * 64, run_a="good",
+                      rounds=2)
+    with pytest.raises(NonRetriable, match=r"site is a Slurm cluster: its A/B confirmation runs through `dlperf confirm`"):
+        abconfirm.plan_confirm("pytorch", [suite.id], p.to_conf(), cfg, "confirm__x")

@@ -166,3 +166,58 @@ def test_the_end_event_keeps_the_allocation_seen_running():
     p.update(JobState("5", "RUNNING", nodes="node[2-3]"))
     ev = p.event(JobState("5", "COMPLETED", nodes="node2", exit_code=0, source="sacct"))
     assert ev["job"]["nodes"] == "node[2-3]" and ev["summary"].endswith("on node[2-3]: COMPLETED exit code 0")
+
+
+def test_the_trial_prefix_starts_every_attempt_of_the_trial_and_no_other_trial():
+    from dlperf_tasks.remote.slurm_script import trial_prefix
+
+    for attempt in (1, 2, 12):
+        assert job_name("run-1", "t1", attempt).startswith(trial_prefix("run-1", "t1"))
+    assert not job_name("run-1", "t10", 1).startswith(trial_prefix("run-1", "t1"))
+    assert not job_name("run-10", "t1", 1).startswith(trial_prefix("run-1", "t1"))
+    long_key = "k" * 300  # a name cut at Slurm's length still starts with the (cut) prefix
+    assert job_name("run-1", long_key, 3).startswith(trial_prefix("run-1", long_key))
+
+
+def test_a_kill_before_the_trigger_watches_is_not_lost(monkeypatch):
+    """A trial task killed after sbatch but before its trigger runs (dag.test() runs the trigger inline
+    later; a real worker is killed outright): its jobs are scancelled by name at once, and the stop stays
+    set for the trigger that starts afterwards, which then cancels and reports the task killed."""
+    from dlperf_tasks.core.model import Cell, Trial
+    from dlperf_tasks.engine import slurmitem, trials
+    from dlperf_tasks.engine.runset import TrialItem
+
+    cancelled = []
+    monkeypatch.setattr(slurmitem, "is_slurm", lambda settings: True)
+    monkeypatch.setattr(slurmitem, "cancel_trial_jobs", lambda settings, run, key: cancelled.append((run, key)))
+    trial = Trial(Cell("pytorch-bert", "pytorch", "bert", "fp32", 32, Topology.parse("1n1g")), 1)
+    item = TrialItem(run_id="run-k", run_dir="/nowhere", suite="pytorch-bert", trial=trial)
+    settings = SimpleNamespace(is_local=False)
+    try:
+        trials.stop_trial(item, settings)
+        assert cancelled == [("run-k", trial.key)]
+        assert trials.stop_event("run-k", trial.key).is_set()  # what the trigger's first look finds
+    finally:
+        trials.stop_event("run-k", trial.key, forget=True)
+    assert not trials.stop_event("run-k", trial.key, forget=True).is_set()
+
+
+def test_a_failed_scancel_in_the_kill_handler_is_logged_not_raised(monkeypatch, caplog):
+    from dlperf_tasks.core.errors import RemoteError
+    from dlperf_tasks.core.model import Cell, Trial
+    from dlperf_tasks.engine import slurmitem, trials
+    from dlperf_tasks.engine.runset import TrialItem
+
+    def fail(settings, run, key):
+        raise RemoteError("login1: connection refused")
+
+    monkeypatch.setattr(slurmitem, "is_slurm", lambda settings: True)
+    monkeypatch.setattr(slurmitem, "cancel_trial_jobs", fail)
+    trial = Trial(Cell("pytorch-bert", "pytorch", "bert", "fp32", 32, Topology.parse("1n1g")), 1)
+    try:
+        trials.stop_trial(TrialItem(run_id="run-f", run_dir="/x", suite="pytorch-bert", trial=trial),
+                          SimpleNamespace(is_local=False))
+        assert "scancel of its Slurm job failed: login1: connection refused" in caplog.text
+        assert trials.stop_event("run-f", trial.key).is_set()
+    finally:
+        trials.stop_event("run-f", trial.key, forget=True)

@@ -182,3 +182,17 @@ def test_account_without_accounting_says_it_is_not_checked(tmp_path):
         "ok    slurm.account: not checked: the cluster keeps no accounting "
         "(AccountingStorageType=accounting_storage/none); Slurm accepts any name")
     assert pool.commands == ["scontrol show config"]
+
+
+def test_the_check_line_of_a_failed_pyxis_step_names_the_failure_not_the_import_notice():
+    """pyxis prints ``pyxis: importing docker image`` before it fails (messages of NVIDIA/pyxis 0.24.0
+    pyxis_slurmstepd.c; slurmstepd's own line last)."""
+    from dlperf_tasks.remote.slurm_check import _one_line
+
+    out = ("pyxis: importing docker image: nvcr.io#nvidia/nosuch:1\n"
+           "slurmstepd: error: pyxis: failed to import docker image\n"
+           "slurmstepd: error: Failed to invoke spank plugin stack\n")
+    assert _one_line(out, about="pyxis:") == ("slurmstepd: error: pyxis: failed to import docker image | "
+                                              "slurmstepd: error: Failed to invoke spank plugin stack")
+    assert _one_line("pyxis: importing docker image: x\nsrun: error: node1: task 0: Exited with exit code 1\n",
+                     about="pyxis:").startswith("pyxis: importing docker image: x | srun: error")

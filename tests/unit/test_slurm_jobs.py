@@ -102,13 +102,6 @@ def test_submit_output_and_job_ids_are_checked():
     assert sj.poll_command(["12", "13"]).count("-j 12,13") == 2
 
 
-def test_image_digest_mismatch_refuses():
-    d = "sha256:" + "a" * 64
-    assert sj.check_digest(d, d, "5") == ""
-    assert "differs" in sj.check_digest(d, "sha256:" + "b" * 64, "5")
-    assert "no image digest" in sj.check_digest(d, None, "5")
-
-
 def test_submit_queue_keeps_at_most_the_limit_in_flight():
     q = SubmitQueue(max_in_flight=2, waiting=["t1", "t2", "t3"])
     assert q.to_submit() == ["t1", "t2"]
@@ -119,3 +112,61 @@ def test_submit_queue_keeps_at_most_the_limit_in_flight():
     assert q.to_submit() == ["t3"] and q.active_job_ids() == ["1"]
     with pytest.raises(ValueError, match="max_in_flight"):
         SubmitQueue(max_in_flight=0)
+
+
+def test_the_sweep_records_the_allocation_seen_running_not_sacct_s_last_row(tmp_path, monkeypatch):
+    """engine/slurmsweep.py: sacct's row right at a job's end may name only the node still completing;
+    the record (slurm_jobs.json) and the gated trial keep the node list squeue showed while it ran."""
+    import json
+    from types import SimpleNamespace
+
+    from dlperf_tasks.core.model import Cell, Trial, TrialResult
+    from dlperf_tasks.core.topology import Topology
+    from dlperf_tasks.engine import slurmsweep
+    from dlperf_tasks.remote.slurm_inventory import SlurmCluster
+
+    rounds = [{"42": sj.JobState("42", "RUNNING", nodes="node[2-3]")},
+              {"42": sj.JobState("42", "COMPLETED", nodes="node2", exit_code=0, elapsed_s=30.0, source="sacct")}]
+    gated = []
+    monkeypatch.setattr(slurmsweep.slurm_trial, "poll", lambda pool, login, ids: rounds.pop(0))
+
+    def gate(pool, login, log_dir, trial, st, out_dir, submitted_at, pinned=None):
+        gated.append(st.nodes)
+        return TrialResult(trial=trial, status=TrialStatus.OK, nodes=[st.nodes])
+
+    monkeypatch.setattr(slurmsweep.slurm_trial, "gate_job", gate)
+    cluster = SlurmCluster.from_dict({"name": "site", "scheduler": "slurm", "login": {"host": "login1", "user": "u"},
+                                      "slurm": {"partition": "gpu", "work_dir": "/shared"}})
+    trial = Trial(Cell("pytorch-bert", "pytorch", "bert", "fp32", 32, Topology.parse("2n1g")), 1)
+    saved, lines = [], []
+    b = SimpleNamespace(decisions=None, retries=0, suite=SimpleNamespace(container=None), rd=SimpleNamespace(path=tmp_path, run_id="r", save_trial=saved.append),
+                        display=SimpleNamespace(emit=lines.append, finished=lambda r, attempt: None))
+    run = slurmsweep._Run(cluster, [trial], b, None, pool=None, login="login1")
+    run.queue.submitted(trial.id, "42")
+    run.jobs[trial.id], run.started[trial.id] = SimpleNamespace(log_dir="/shared/runs/r/x"), 0.0
+    ran: list = []
+    run.step(ran)
+    assert ran == [] and any("running on node[2-3]" in line for line in lines), lines
+    run.step(ran)
+    assert gated == ["node[2-3]"] and [r.nodes for r in ran] == [["node[2-3]"]] and saved == ran
+    rec = json.loads((tmp_path / "slurm_jobs.json").read_text())[trial.id]
+    assert [(r["job_id"], r["nodes"], r["state"]) for r in rec] == [("42", "node[2-3]", "COMPLETED")]
+
+
+def test_an_ended_job_never_seen_running_keeps_sacct_s_node_list():
+    st = sj.JobState("7", "FAILED", nodes="node4", exit_code=1, source="sacct")
+    assert sj.with_allocation(st, "") is st
+    assert sj.with_allocation(st, "node[3-4]").nodes == "node[3-4]" and st.nodes == "node4"
+
+
+def test_pinned_nodes_become_the_exclusion_of_the_partition_s_other_nodes():
+    cmd = sj.pinned_nodes_command("gpu", ["node[3-4]"])
+    assert cmd == "sinfo -h -N -p gpu -o %N; echo @@pinned; scontrol show hostnames 'node[3-4]'"
+    out = "node1\nnode2\nnode3\nnode4\n@@pinned\nnode3\nnode4\n"
+    assert sj.outside_pinned(out, "gpu") == ["node1", "node2"]
+    with pytest.raises(RemoteError, match="pinned node.s. node9 not in partition gpu"):
+        sj.outside_pinned("node1\n@@pinned\nnode9\n", "gpu")
+    with pytest.raises(RemoteError, match="no pinned node names"):
+        sj.outside_pinned("node1\n@@pinned\n", "gpu")
+    with pytest.raises(RemoteError, match="not a node list"):
+        sj.pinned_nodes_command("gpu", ["node1; reboot"])
