@@ -369,11 +369,11 @@ def stop_trial(item: TrialItem | Mapping[str, Any], settings) -> None:
     # the running remote trial stops, kills its jobs and cleans its nodes; a watcher that starts only
     # after this (the trigger of a task killed between its start and its deferral) finds the event set
     _STOP_EVENTS.setdefault(_stop_key(item.run_id, trial.key), threading.Event()).set()
-    if slurmitem.is_slurm(settings):  # its job goes now, submitted or queued, whoever watches it
-        try:
+    try:  # a Slurm job goes now, submitted or queued, whoever watches it
+        if slurmitem.is_slurm(settings):
             slurmitem.cancel_trial_jobs(settings, item.run_id, trial.key)
-        except (RemoteError, Retriable, OSError) as exc:  # the watcher and the run's cleanup scancel too
-            log.warning("trial %s: scancel of its Slurm job failed: %s", trial.id, exc)
+    except (RemoteError, Retriable, NonRetriable, OSError) as exc:  # the watcher and the run's cleanup scancel too
+        log.warning("trial %s: scancel of its Slurm job failed: %s", trial.id, exc)
 
 
 def stop_runs(run_ids: set[str]) -> None:

@@ -221,3 +221,20 @@ def test_a_failed_scancel_in_the_kill_handler_is_logged_not_raised(monkeypatch, 
         assert trials.stop_event("run-f", trial.key).is_set()
     finally:
         trials.stop_event("run-f", trial.key, forget=True)
+
+
+def test_a_broken_cluster_file_in_the_kill_handler_is_logged_and_the_stop_still_set(tmp_path, caplog):
+    from dlperf_tasks.core.model import Cell, Trial
+    from dlperf_tasks.engine import trials
+    from dlperf_tasks.engine.runset import TrialItem
+
+    broken = tmp_path / "cluster.yaml"
+    broken.write_text("scheduler: [slurm\n")  # not YAML any more
+    trial = Trial(Cell("pytorch-bert", "pytorch", "bert", "fp32", 32, Topology.parse("1n1g")), 1)
+    try:
+        trials.stop_trial(TrialItem(run_id="run-b", run_dir="/x", suite="pytorch-bert", trial=trial),
+                          SimpleNamespace(is_local=False, cluster=str(broken)))
+        assert "scancel of its Slurm job failed" in caplog.text and str(broken) in caplog.text
+        assert trials.stop_event("run-b", trial.key).is_set()
+    finally:
+        trials.stop_event("run-b", trial.key, forget=True)
