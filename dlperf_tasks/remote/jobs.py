@@ -79,7 +79,7 @@ signal)
   [ "$p" -gt 1 ] || exit 0
   kill -s "$1" -- "-$p" 2>/dev/null || exit 0
   [ "$1" = 0 ] || { echo hit; exit 0; }
-  for f in /proc/[0-9]*/stat; do
+  for f in "/proc/$p/stat" /proc/[0-9]*/stat; do
     { read -r s < "$f"; } 2>/dev/null || continue
     set -- ${s##*) }
     [ "$3" = "$p" ] && [ "$1" != Z ] && { echo hit; exit 0; }
