@@ -12,7 +12,9 @@ gets on its stdin. It starts itself again in ``run`` mode under ``setsid`` and r
 environment, opens the stdin part, deletes both files before the command starts, runs ``argv``
 with stdout and stderr appended to ``<dir>/log`` and writes the exit status to ``<dir>/exit``
 (atomically, via a rename). ``signal`` sends a signal to the whole process group (never to a
-lone pid, never to a pid <= 1); it prints ``hit`` when the group existed.
+lone pid, never to a pid <= 1); it prints ``hit`` when the group existed. For signal ``0`` (is it
+alive?) a group whose members are all zombies is dead: ``hit`` only when a member still runs
+(``/proc``; a node whose init reaps orphans late would otherwise keep a killed job "alive" for seconds).
 
 Environment values therefore never appear in any process' command line; the docker runtime
 passes a container's environment as ``docker run --env-file /dev/stdin`` with the env file as
@@ -75,7 +77,14 @@ signal)
   p=$(cat "$dir/pid" 2>/dev/null || true)
   case "$p" in ''|*[!0-9]*) exit 0 ;; esac
   [ "$p" -gt 1 ] || exit 0
-  kill -s "$1" -- "-$p" 2>/dev/null && echo hit
+  kill -s "$1" -- "-$p" 2>/dev/null || exit 0
+  [ "$1" = 0 ] || { echo hit; exit 0; }
+  for f in "/proc/$p/stat" /proc/[0-9]*/stat; do
+    { read -r s < "$f"; } 2>/dev/null || continue
+    set -- ${s##*) }
+    [ "$3" = "$p" ] && [ "$1" != Z ] && { echo hit; exit 0; }
+  done
+  [ -d /proc/self ] || echo hit
   exit 0
   ;;
 *)

@@ -21,6 +21,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from dlperf_tasks.remote import jobs
 from tests.fixtures.cluster import ROOT, SCRIPT, private_cluster_address
 
 pytestmark = pytest.mark.cluster
@@ -30,6 +31,12 @@ def ssh_run(client: paramiko.SSHClient, command: str, timeout: float = 120) -> t
     _, out, err = client.exec_command(command, timeout=timeout)
     rc = out.channel.recv_exit_status()
     return rc, out.read().decode(), err.read().decode()
+
+
+def _pgrep(pattern: str) -> list[str]:
+    """``pgrep -af pattern``: every process on this machine (a simulated node's run here) whose
+    command line matches, zombies aside (they have none)."""
+    return subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, timeout=30).stdout.splitlines()
 
 
 def docker(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 300):
@@ -219,11 +226,17 @@ def test_kill_node_takes_sessions_and_containers_and_revive_restores_it(fault_cl
                                                  "--label", f"dlperf.testcluster={sim_cluster.state['name']}",
                                                  "--label", f"dlperf.run={run_id}", ref, "sleep", "300"]))
         assert rc == 0, err
+        # a detached job as dlperf starts them (setsid: it leaves the session, its parent is init)
+        paths = jobs.JobPaths(jobs.new_job_id("tc_detached"), jobs.jobs_base_dir(node.workdir))
+        rc, out, err = ssh_run(client, jobs.start_command(paths, jobs.JobCommand(["sleep", "302"])) + " </dev/null")
+        assert rc == 0 and out.strip() == f"started {paths.job_id}", err
         # the session's shell runs as "bash -c sleep 300" until it execs the command: wait for the command itself
         deadline = time.time() + 60
-        while time.time() < deadline and not any(c == "sleep 300" for _, c in sim_cluster.processes(node.name)):
+        while time.time() < deadline and not {"sleep 300", "sleep 302"} <= {c for _, c in sim_cluster.processes(node.name)}:
             time.sleep(0.1)
-        assert any(c == "sleep 300" for _, c in sim_cluster.processes(node.name)), sim_cluster.processes(node.name)
+        running = sim_cluster.processes(node.name)
+        assert {"sleep 300", "sleep 302"} <= {c for _, c in running}, running
+        assert any(c.startswith("bash -c") and f"dlperf-job run {paths.job_dir}" in c for _, c in running), running
         assert sim_cluster.containers(f"dlperf.run={run_id}")[0]["Labels"]["dlperf.node"] == node.name
 
         proc = tc_cli(sim_cluster, "kill-node", node.name)
@@ -231,7 +244,8 @@ def test_kill_node_takes_sessions_and_containers_and_revive_restores_it(fault_cl
         assert not sim_cluster.node_is_up(node.name)
         with pytest.raises((paramiko.ssh_exception.NoValidConnectionsError, socket.error)):
             sim_cluster.ssh_client(node.name)
-        assert sim_cluster.processes(node.name) == []
+        assert sim_cluster.processes(node.name) == []  # the detached job too: a dead node runs nothing
+        assert not [line for line in _pgrep("dlperf-job run") if paths.job_dir in line]
         assert not [c for c in sim_cluster.containers(f"dlperf.run={run_id}") if c["State"] == "running"]
         # other nodes are unaffected
         assert sim_cluster.node_is_up(sim_cluster.nodes[0].name)
