@@ -41,19 +41,20 @@ TPS = 7000.0
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def llm_catalog(dir_: Path, digest: str) -> Path:
-    """A site override of the built-in suite: its smallest layout (fsdp8, 1n8g), BF16, one trial of
-    2 + 4 steps, the stand-in's speed, and the image digest pinned."""
-    data = yaml.safe_load((ROOT / f"dlperf_tasks/catalog/suites/{SUITE}.yaml").read_text())
+def llm_catalog(dir_: Path, digest: str, suite: str = SUITE, case: str = "fsdp8", precision: str = "bf16",
+                tflops: float = 380.0) -> Path:
+    """A site override of a built-in suite: one 1n8g layout, one precision, one trial of 2 + 4 steps,
+    the stand-in's speed (and the TFLOP/s/GPU its log prints), and the image digest pinned."""
+    data = yaml.safe_load((ROOT / f"dlperf_tasks/catalog/suites/{suite}.yaml").read_text())
     data["env"] = {**data.get("env", {}), "DLPERF_STANDIN_TIME_SCALE": "0.02",
-                   "DLPERF_STANDIN_TPS_PER_GPU": str(TPS), "DLPERF_STANDIN_TFLOPS": "380"}
+                   "DLPERF_STANDIN_TPS_PER_GPU": str(TPS), "DLPERF_STANDIN_TFLOPS": str(tflops)}
     data["container"]["digest"] = digest
-    data["layouts"] = [lay for lay in data["layouts"] if lay["case"] == "fsdp8"]
-    data["precisions"] = ["bf16"]
+    data["layouts"] = [lay for lay in data["layouts"] if lay["case"] == case]
+    data["precisions"] = [precision]
     data["window"], data["trials"] = {"warmup": 2, "measure": 4}, 1
     data["timeout_s"], data["hang_timeout_s"] = 120, 60
     dir_.mkdir(parents=True, exist_ok=True)
-    (dir_ / f"{SUITE}.yaml").write_text(yaml.safe_dump(data))
+    (dir_ / f"{suite}.yaml").write_text(yaml.safe_dump(data))
     return dir_
 
 
@@ -126,6 +127,46 @@ def test_torchtitan_dag_on_cluster_carries_the_llm_figures(airflow_db, sim_clust
     assert measures["mfu-percent"]["value"] == pytest.approx(figs["mfu_pct"]["median"], rel=1e-5)
     om = to_openmetrics([published])
     assert "dlperf_tokens_per_second_per_gpu{" in om and "dlperf_mfu_ratio{" in om
+
+
+def test_megatron_bridge_fp8_dag_on_cluster_grades_against_the_fp8_peak(airflow_db, sim_cluster_env, tmp_path,
+                                                                       monkeypatch):
+    """The other LLM runtime end to end: the ``dlperf_megatron_bridge`` DAG, Llama-3.1-8B FP8 on 1n8g.
+    The stand-in prints Megatron-Bridge's own TFLOP/s/GPU 10 % above what its tokens/s give in
+    Megatron-Bridge's convention: dlperf keeps its own figure, shows the printed one beside it and flags
+    the difference; MFU is against the H100 SXM's dense FP8 peak, never the BF16 one."""
+    from dlperf_tasks.airflow.dag_factory import build_dag
+    from dlperf_tasks.catalog.loader import load_suite
+
+    suite = "llama31-8b-megatron-bridge"
+    sim = sim_cluster_env
+    ref = sim.image("nemo:26.04")
+    digest = sim.state["digests"][ref]
+    half = flops_per_token("llama3.1-8b", 8192, "megatron_bridge") * TPS / 1e12
+    monkeypatch.setenv("DLPERF_CATALOG_PATH", str(llm_catalog(tmp_path / "catalog", digest, suite, "dp8_gb128",
+                                                              "fp8", tflops=round(half * 1.1, 1))))
+    cfg = cluster_settings(sim.yaml_path, f"file://{tmp_path / 'store'}", tmp_path / "work")
+    scenario = {"count": 8, "name": H100, "driver": "580.159.04", "memory_total": 81559,
+                "default": {"memory_used": 70000, "util": 98, "power": 690.0}}
+    with gpu_scenario(sim, monkeypatch, lambda _: scenario):
+        dr = build_dag("megatron_bridge", [load_suite(suite)], cfg).test(run_conf={"trials": 1})
+    assert state(dr) == "success", task_states(dr)
+    (pub,) = json.loads((tmp_path / "work" / "last-megatron_bridge.json").read_text())["published"]
+    result = json.loads((tmp_path / "work" / pub["run_id"] / "result.json").read_text())
+    (cell,) = result["cells"]
+    (trial,) = cell["trials"]
+    assert trial["status"] == "OK", trial["reason"]
+    assert cell["unit"] == "tokens/s" and cell["median_speed"] == pytest.approx(TPS * 8, rel=1e-3)
+    figs = cell["llm"]["figures"]
+    assert figs["tokens_per_sec_per_gpu"]["median"] == pytest.approx(TPS, rel=1e-3)
+    assert figs["tflops_per_gpu"]["conventions"]["megatron_bridge"] == pytest.approx(half, rel=1e-3)
+    up = figs["tflops_per_gpu"]["upstream"]
+    assert up["mismatch"] is True and up["convention"] == "megatron_bridge"
+    full = flops_per_token("llama3.1-8b", 8192, "full") * TPS / 1e12
+    assert figs["mfu_pct"]["peak_tflops"] == 1979  # H100 SXM dense FP8
+    assert figs["mfu_pct"]["median"] == pytest.approx(100 * full / 1979, rel=1e-3)
+    report = (tmp_path / "work" / pub["run_id"] / "report.md").read_text()
+    assert "TFLOP/s/GPU printed by the framework differs by" in report
 
 
 def test_a_node_without_the_pinned_digest_refuses_the_trial(sim_cluster_env, tmp_path):
