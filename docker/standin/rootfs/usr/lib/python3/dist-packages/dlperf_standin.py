@@ -45,12 +45,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import fcntl
 import json
 import os
 import random
 import signal
 import socket
+import stat
 import sys
+import termios
 import time
 
 FORMATS = ("mxnet_bert", "mxnet_resnet50", "pytorch_bert", "tensorflow_bert", "megatron_gpt")
@@ -161,8 +164,36 @@ def record(cfg: Config) -> None:
         os.close(fd)
 
 
+# OpenMPI's I/O forwarding reads a rank's output pipe at most 4096 bytes at a time and passes each
+# chunk on as it is; with more than that unread, a chunk ends mid-line and another rank's line lands
+# inside it. A real trainer prints a line every few hundred ms and never gets that far ahead of its
+# reader; a stand-in running at a hundredth of the time can, so it waits for room first.
+_FORWARD_CHUNK = 4096
+
+
+def _unread(fd: int) -> int | None:
+    """Bytes written to the pipe ``fd`` and not yet read by its reader (None: not a pipe)."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+    except (OSError, ValueError):
+        return None
+
+
 def _w(stream, text: str) -> None:
-    stream.write(text + "\n")
+    line = text + "\n"
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        fd = -1
+    deadline = time.monotonic() + 10
+    while fd >= 0 and time.monotonic() < deadline:
+        unread = _unread(fd)
+        if unread is None or unread + len(line.encode()) <= _FORWARD_CHUNK:
+            break
+        time.sleep(0.001)
+    stream.write(line)
     stream.flush()
 
 
