@@ -242,3 +242,60 @@ def test_cli_help_and_bad_input():
     res = subprocess.run([sys.executable, str(STANDIN), "--format", "tensorflow_bert", "--speed", "-3"],
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 2 and "invalid configuration" in res.stderr
+
+
+def _pipe_unread(pid: int) -> int:
+    """Bytes waiting in process ``pid``'s stderr pipe (0 once it is gone)."""
+    import fcntl
+    import termios
+    try:
+        fd = os.open(f"/proc/{pid}/fd/2", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+    finally:
+        os.close(fd)
+
+
+def _exited(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][:1] in "ZX"
+    except OSError:
+        return True
+
+
+@pytest.mark.timeout(120)
+def test_mxnet_lines_stay_whole_through_mpirun_forwarding_that_falls_behind(tmp_path):
+    """OpenMPI forwards a rank's output in chunks of at most 4 KiB as it reads them; a stand-in running
+    far faster than a real trainer must not get more than that ahead of mpirun, or a chunk ends
+    mid-line and another rank's line lands inside it (a log the parser then rightly refuses). Here
+    mpirun is stopped until every rank has filled its pipe up to that point, then let go."""
+    ranks = 4
+    code = ("import os, sys; from dlperf_standin import main; "
+            "sys.exit(main(['--format', 'mxnet_bert', '--rank', os.environ['OMPI_COMM_WORLD_RANK'], "
+            f"'--world', '{ranks}', '--iters', '120', '--time-scale', '0', '--speed', '300']))")
+    env = {**os.environ, "PYTHONPATH": str(DIST)}
+    log = tmp_path / "rank0.log"
+    with log.open("wb") as out:
+        mpirun = subprocess.Popen(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+                                   sys.executable, "-c", code], stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while "[step" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(mpirun.pid, signal.SIGSTOP)
+            kids = [int(c) for c in Path(f"/proc/{mpirun.pid}/task/{mpirun.pid}/children").read_text().split()]
+            assert len(kids) == ranks
+            # each rank either waits with its pipe nearly full, or (were it not to wait) wrote it all and exited
+            while time.monotonic() < deadline and not all(_exited(k) or _pipe_unread(k) >= 4096 - 300 for k in kids):
+                time.sleep(0.01)
+        finally:
+            os.kill(mpirun.pid, signal.SIGCONT)
+            rc = mpirun.wait(timeout=60)
+    assert rc == 0
+    text = log.read_text()
+    steps = [line for line in text.splitlines() if "[step" in line and "Saving" not in line]
+    assert len(steps) == 120 * ranks
+    cut = [line for line in steps if line.count("[step") != 1 or not line.endswith("ms/batch")]
+    assert cut == []
