@@ -170,12 +170,15 @@ def _rank_logs(trial: Trial, out_dir: Path) -> list[tuple[int, Path]]:
     return [(k, Path(out_dir) / fw.log_relpath(trial, k)) for k in ranks]
 
 
-def image_env(pool: SSHPool, login: str, log_dir: str, trial: Trial, job_id: str,
-              out_dir: Path) -> dict[str, dict[str, str | None]]:
-    """Each node's ``node_env`` (the digest pyxis imported there), from the copied rank logs; nodes are
-    named as Slurm named them (the batch script's ``dlperf-nodes:`` line), else ``node<k>``."""
+def batch_hosts(pool: SSHPool, login: str, log_dir: str, job_id: str) -> list[str]:
+    """The job's node names as its batch script resolved them (its ``dlperf-nodes:`` line), in rank order."""
     batch_out = pool.read(login, f"{log_dir}/slurm-{job_id}.out", max_bytes=65536) or b""
-    hosts = slurm_image.batch_hosts(batch_out.decode(errors="replace"))
+    return slurm_image.batch_hosts(batch_out.decode(errors="replace"))
+
+
+def image_env(trial: Trial, hosts: list[str], out_dir: Path) -> dict[str, dict[str, str | None]]:
+    """Each node's ``node_env`` (the digest pyxis imported there), from the copied rank logs; nodes are
+    named as Slurm named them (``hosts``, the batch script's node list), else ``node<k>``."""
     return slurm_image.node_images((hosts[k] if k < len(hosts) else f"node{k}", slurm_image.read_head(dest))
                                    for k, dest in _rank_logs(trial, out_dir) if dest.is_file())
 
@@ -192,7 +195,8 @@ def gate_job(pool: SSHPool, login: str, log_dir: str, trial: Trial, st: JobState
     missing = collect_logs(pool, login, log_dir, trial, out_dir)
     if missing and status is None:
         status, reason = TrialStatus.LAUNCH_FAILED, f"slurm job {st.job_id}: no {', '.join(missing)}"
-    env = image_env(pool, login, log_dir, trial, st.job_id, out_dir)
+    hosts = batch_hosts(pool, login, log_dir, st.job_id)
+    env = image_env(trial, hosts, out_dir)
     refused = slurm_image.refusal(pinned, env, st.job_id)
     if refused and status is None:
         status, reason = TrialStatus.LAUNCH_FAILED, refused
@@ -202,7 +206,7 @@ def gate_job(pool: SSHPool, login: str, log_dir: str, trial: Trial, st: JobState
                         runtime_status=status, runtime_reason=reason, nodes=[st.nodes] if st.nodes else [],
                         started_at=started, finished_at=max(started, finished))
     res.node_env = env
-    res.interconnect = collect_probe(pool, login, log_dir, trial, out_dir, [st.nodes] if st.nodes else [])
+    res.interconnect = collect_probe(pool, login, log_dir, trial, out_dir, hosts or ([st.nodes] if st.nodes else []))
     return res
 
 

@@ -94,12 +94,16 @@ def test_two_node_trial_runs_as_a_job_its_logs_gate_as_on_docker_and_the_importe
                                                                                                tmp_path):
     """The catalog pins the image's digest: pyxis is given the digest reference, each node's record keeps the
     digest pyxis says it imported there, and a trial whose nodes imported another digest is refused. A job
-    pinned to a digest the registry does not have, beside it, cannot run another image: its import fails."""
+    pinned to a digest the registry does not have, beside it, cannot run another image: its import fails.
+    The suite declares the interconnect probe: nccl-tests runs first as an ``srun --mpi=pmix`` step in the
+    image on both nodes, and its bus bandwidth (the stand-in's links: 150 GB/s) is flagged below its bound."""
     cluster, pool, host = login
     image = sim_cluster.image("pytorch:20.06-py3")
     digest = _registry_digest(sim_cluster, image)
     base = _suite(DLPERF_STANDIN_SPEED_2N1G="123.45")
-    suite = dataclasses.replace(base, container=dataclasses.replace(base.container, digest=digest))
+    probe = {"expected_busbw_gbs": 400.0, "max_bytes": "64M", "timeout_s": 90, "env": {"DLPERF_STANDIN_ALGBW": "150"}}
+    suite = dataclasses.replace(base, container=dataclasses.replace(base.container, digest=digest),
+                                extra={**(base.extra or {}), "interconnect_probe": probe})
     wrong = dataclasses.replace(base, container=dataclasses.replace(base.container, digest="sha256:" + "0" * 64))
     trial, other = _trial(suite, "2n1g"), _trial(wrong, "1n1g")
     job, job_id = _submit(cluster, pool, host, suite, trial, image)
@@ -115,6 +119,14 @@ def test_two_node_trial_runs_as_a_job_its_logs_gate_as_on_docker_and_the_importe
     # named by the batch script's node list (sacct's final row may name only the nodes still completing)
     assert len(res.node_env) == 2 and set(res.node_env) <= {"node1", "node2", "node3", "node4"}, res.node_env
     assert all(e == {"gpu_model": None, "image_digest": digest} for e in res.node_env.values()), res.node_env
+    assert any("--mpi=pmix" in line and "probe.log" in line for line in job.script.splitlines()), job.script
+    ic = res.interconnect
+    assert ic is not None and ic.get("error") is None, ic
+    assert ic["nodes"] == list(res.node_env) and len(ic["nodes"]) == 2, ic
+    assert ic["nranks"] == 2 and ic["transports"] == ["NET/IB"] and ic["sizes"][-1]["bytes"] == 64 << 20, ic
+    assert ic["busbw_gbs"] == pytest.approx(ic["sizes"][-1]["algbw_gbs"]) and 100 < ic["busbw_gbs"] < 200, ic
+    assert ic["flags"] == [f"interconnect probe: bus bandwidth {ic['busbw_gbs']:.1f} GB/s is below 80% of the "
+                           "expected 400.0 GB/s"]
     refused = slurm_trial.gate_job(pool, host, job.log_dir, trial, st, tmp_path / "again", time.time(),
                                    pinned="sha256:" + "b" * 64)
     assert refused.status == TrialStatus.LAUNCH_FAILED and "trial refused" in refused.reason, refused.reason
