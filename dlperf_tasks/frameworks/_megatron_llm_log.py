@@ -16,9 +16,11 @@ Megatron-Bridge's ``training/utils/train_utils.py`` prints the same spelling)::
 Use: ``MegatronLlmStream().feed(text)`` ... ``.close()`` or :func:`parse_lines`. Samples as
 ``megatron_gpt`` (``value`` = elapsed ms per iteration). ``extra`` adds ``energy_j_per_gpu`` and
 ``power_w_per_gpu`` {iteration: value}, ``timestamps`` {iteration: ISO text} and, from Megatron-Bridge's
-memory report ``[Rank 0] (after N iterations) memory (GB) | peak_reserved_mem: X | ...`` (GB = 1e9 bytes;
-NVIDIA-NeMo/Megatron-Bridge@067f987 ``training/utils/train_utils.py``), ``memory_gb`` {field: largest}
-and ``memory_mib`` (peak reserved); the base parser's
+memory report ``[Rank 0] (after N iterations) memory (GB) | mem-allocated-gigabytes: X | ... |
+mem-max-reserved-gigabytes: X | mem-alloc-retires: 0 | mem-allocated-count: N`` (NVIDIA-NeMo/Megatron-Bridge@067f987
+``training/utils/train_utils.py``: ``report_memory`` renames ``MEMORY_KEYS``' ``*-bytes`` to ``*-gigabytes``,
+bytes / 1e9 to 5 significant digits; the counts keep their names), ``memory_gb`` {gigabytes field: largest
+over the report lines} and ``memory_mib`` (``mem-max-reserved-gigabytes``: the allocator's peak reserved); the base parser's
 ``tflops_per_gpu``, ``skipped_iterations``, ``nonfinite_grad_norms``, ``memory_mb`` stay.
 
 A record must be whole: Megatron closes every field with ``|``, so an iteration line that does not
@@ -40,7 +42,9 @@ _ITER_NO = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
 _ENERGY = re.compile(r"energy per GPU \(J/iter/GPU\)\s*:\s*([^\s|]+)\s*\|")
 _POWER = re.compile(r"power per GPU \(W/GPU\)\s*:\s*([^\s|]+)\s*\|")
 _MEM_GB = re.compile(r"\[Rank (\d+)\]\s*\(after (\d+) iterations\)\s*memory \(GB\)")
-_GB_FIELD = re.compile(r"\|\s*([a-z_]+)\s*:\s*([^\s|]+)")
+_GB_FIELD = re.compile(r"\|\s*([A-Za-z][\w.-]*)\s*:\s*([^\s|]+)")
+#: the report's name of the allocator's peak reserved memory (``reserved_bytes.all.peak`` in MEMORY_KEYS)
+PEAK_RESERVED = "mem-max-reserved-gigabytes"
 
 
 class MegatronLlmStream(MegatronStream):
@@ -59,19 +63,21 @@ class MegatronLlmStream(MegatronStream):
                 self._memory_gb(block, start, line)
 
     def _memory_gb(self, block: str, start: int, text: str) -> None:
-        """Megatron-Bridge's report: ``[Rank 0] (after 10 iterations) memory (GB) | peak_reserved_mem: 61.2 | ...``
-        (torch.cuda.memory_stats bytes / 1e9)."""
+        """Megatron-Bridge's report: ``[Rank 0] (after 10 iterations) memory (GB) | mem-max-reserved-gigabytes:
+        61.2 | ...`` (torch.cuda.memory_stats bytes / 1e9); the count fields are not memory and are skipped."""
         if not _MEM_GB.search(text):
             return
         gb = self.extra.setdefault("memory_gb", {})
         for name, value in _GB_FIELD.findall(text):
+            if not name.endswith("gigabytes"):
+                continue
             v = parse_float(value)
             if v is None or v < 0:
                 self.fc.error(f"line {self.line_no(block, start)}: memory field {name!r} is {value!r}, not a number")
                 continue
             gb[name] = max(gb.get(name, 0.0), v)
-        if "peak_reserved_mem" in gb:
-            self.extra["memory_mib"] = round(gb["peak_reserved_mem"] * 1e9 / 2**20, 2)
+        if PEAK_RESERVED in gb:
+            self.extra["memory_mib"] = round(gb[PEAK_RESERVED] * 1e9 / 2**20, 2)
 
     def _iteration(self, block: str, start: int, text: str) -> None:
         line = text.rstrip()

@@ -229,10 +229,20 @@ def test_tokens_per_gpu_from_megatron_log_and_cell():
 
 
 def test_megatron_bridge_memory_report_in_gb():
-    # the spelling of Megatron-Bridge@067f987 training/utils/train_utils.py (values made up)
-    line = ("[Rank 0] (after 10 iterations) memory (GB) | current_allocated_mem: 20.5 | peak_allocated_mem: 50.25 | "
-            "peak_reserved_mem: 61.2 | alloc_retries: 0\n")
-    p = megatron.parse_lines([line, "[Rank 0] (after 20 iterations) memory (GB) | peak_reserved_mem: lots\n"])
-    assert p.extra["memory_gb"]["peak_reserved_mem"] == 61.2
+    # the spelling of Megatron-Bridge@067f987 training/utils/train_utils.py (report_memory over MEMORY_KEYS,
+    # "*-bytes" renamed "*-gigabytes"; printed after the first two logged iterations; values made up)
+    first = ("[Rank 0] (after 1 iterations) memory (GB) | mem-allocated-gigabytes: 20.5 | mem-active-gigabytes: 20.5 | "
+             "mem-inactive-gigabytes: 0.51234 | mem-reserved-gigabytes: 58.1 | mem-max-allocated-gigabytes: 50.25 | "
+             "mem-max-active-gigabytes: 50.25 | mem-max-inactive-gigabytes: 3.1245 | mem-max-reserved-gigabytes: 58.1 | "
+             "mem-alloc-retires: 0 | mem-allocated-count: 4123\n")
+    second = first.replace("after 1 iterations", "after 2 iterations").replace("max-reserved-gigabytes: 58.1",
+                                                                              "max-reserved-gigabytes: 61.2")
+    p = megatron.parse_lines([first, second])
+    assert p.facts.errors == []
+    assert p.extra["memory_gb"]["mem-max-reserved-gigabytes"] == 61.2
+    assert p.extra["memory_gb"]["mem-max-allocated-gigabytes"] == 50.25
+    assert "mem-allocated-count" not in p.extra["memory_gb"] and "mem-alloc-retires" not in p.extra["memory_gb"]
     assert p.extra["memory_mib"] == pytest.approx(61.2e9 / 2**20, abs=0.01)
-    assert "memory field 'peak_reserved_mem' is 'lots'" in p.facts.errors[0]
+    bad = megatron.parse_lines(["[Rank 0] (after 2 iterations) memory (GB) | mem-max-reserved-gigabytes: lots\n"])
+    assert "memory field 'mem-max-reserved-gigabytes' is 'lots'" in bad.facts.errors[0]
+    assert "memory_mib" not in bad.extra

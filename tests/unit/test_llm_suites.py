@@ -204,6 +204,24 @@ def test_the_standin_runs_the_built_command_and_its_log_gives_the_llm_figures(su
     assert figs["tokens_per_sec_per_gpu"] == pytest.approx(7000, rel=1e-3) and "mfu_pct" not in figs
 
 
+def test_the_bridge_standin_prints_the_allocator_report_the_parser_reads():
+    """Rank 0 prints Megatron-Bridge's memory report after the first two logged iterations (the peak
+    reserved memory is DLPERF_STANDIN_MEMORY_MB); the parser takes the allocator's peak from it."""
+    suite = load_suite("llama31-8b-megatron-bridge")
+    t = next(t.trial for t in plan(suite, {"trials": 1, "warmup_iters": 3, "measure_iters": 6}).trials
+             if t.trial.cell.topology.name == "1n8g")
+    fw = get(suite.framework)
+    argv = fw.launch(t, 0, _nodes(1), suite.launcher).argv
+    res = _standin("opt/Megatron-Bridge/scripts/performance/run_script.py", argv[argv.index(SCRIPT_MB) + 1:], 0, 8,
+                   DLPERF_STANDIN_MEMORY_MB="61234")
+    assert res.returncode == 0, res.stderr[-500:]
+    reports = [line for line in res.stdout.splitlines() if "memory (GB)" in line]
+    assert [r.split(")")[0] for r in reports] == ["[Rank 0] (after 1 iterations", "[Rank 0] (after 2 iterations"]
+    parsed = fw.parse(res.stdout.splitlines(keepends=True))
+    assert parsed.facts.errors == []
+    assert parsed.extra["memory_mib"] == pytest.approx(61234, rel=1e-4)
+
+
 def test_llm_flags_name_failed_checks_a_reference_outside_its_band_and_the_interconnect():
     cell = {"llm": {"failed_checks": ["drift: 9% inside the window"], "figures": {"tflops_per_gpu": {
                 "upstream": {"mismatch": True, "diff_pct": 4.2, "convention": "megatron_bridge"}}},

@@ -11,7 +11,8 @@ is refused by name). The log lines have the upstream wording (formats, not code)
   ...GiB(...%)  tps: 1,234  tflops: ...  mfu: ...%`` with the ``[titan]`` logger prefix, rank 0.
 * Megatron-Bridge ``training/utils/train_utils.py``: `` [date] iteration N/M | consumed samples: ...
   | elapsed time per iteration (ms): ... | throughput per GPU (TFLOP/s/GPU): ... | ... | number of
-  skipped iterations: 0 | number of nan iterations: 0 |`` from the last rank.
+  skipped iterations: 0 | number of nan iterations: 0 |`` from the last rank; after the first two logged
+  iterations rank 0 prints the allocator report ``[Rank 0] (after N iterations) memory (GB) | mem-...-gigabytes: X | ...``.
 
 Speed: ``DLPERF_STANDIN_TPS_PER_GPU`` (tokens/s per GPU, default 1000); ``DLPERF_STANDIN_TFLOPS``
 (what the log prints as TFLOP/s per GPU, default 400).
@@ -96,5 +97,23 @@ def megatron_bridge_main(argv: list[str] | None = None) -> int:
                       f"{cfg.extra['tflops'] / (3.0 if k == 1 else 1.0):.1f} | learning rate: {3e-4 * k / steps:.6E} | "
                       f"global batch size: {gb:5d} | lm loss: {11.0 - 3.0 * k / steps:.6E} | loss scale: 1.0 | "
                       f"grad norm: 1.500 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+        if cfg.rank == 0 and k <= 2:
+            S._w(out, _bridge_memory_report(k, cfg.memory_mb))
         cfg.after_iteration(k, out)
     return 0
+
+
+def _gb(mib: float) -> float:
+    """Bytes / 1e9 to 5 significant digits, as Megatron-Bridge's report_memory rounds them."""
+    return float(f"{mib * 2**20 / 1e9:.5g}")
+
+
+def _bridge_memory_report(k: int, reserved_mib: float) -> str:
+    """The allocator report after the first two logged iterations (data-parallel rank 0), with
+    ``MEMORY_KEYS``' names; the peak reserved is DLPERF_STANDIN_MEMORY_MB."""
+    fields = {"mem-allocated-gigabytes": _gb(reserved_mib * 0.6), "mem-active-gigabytes": _gb(reserved_mib * 0.6),
+              "mem-inactive-gigabytes": _gb(reserved_mib * 0.01), "mem-reserved-gigabytes": _gb(reserved_mib),
+              "mem-max-allocated-gigabytes": _gb(reserved_mib * 0.9), "mem-max-active-gigabytes": _gb(reserved_mib * 0.9),
+              "mem-max-inactive-gigabytes": _gb(reserved_mib * 0.05), "mem-max-reserved-gigabytes": _gb(reserved_mib),
+              "mem-alloc-retires": 0, "mem-allocated-count": 4123}
+    return f"[Rank 0] (after {k} iterations) memory (GB)" + "".join(f" | {name}: {v}" for name, v in fields.items())
