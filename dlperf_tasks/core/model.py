@@ -10,6 +10,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dlperf_tasks.core.digest import sha1_hex
 from dlperf_tasks.core.samples import Sample, Samples, as_samples  # noqa: F401 (Sample re-exported)
 from dlperf_tasks.core.topology import Topology
 
@@ -156,8 +157,6 @@ class Trial:
     @property
     def key(self) -> str:
         """Short stable hash of the id, safe for container names and labels."""
-        from dlperf_tasks.core.digest import sha1_hex  # (no OpenSSL start-up for it: dlperf extract)
-
         return sha1_hex(self.id.encode())[:12]
 
     def to_dict(self) -> dict[str, Any]:
