@@ -98,16 +98,19 @@ def validated(name: str, raw: bytes, data_file: str | None = None) -> Suite | No
 
 def write(entries: dict[str, tuple[bytes, Suite]], data_file: str = DATA_FILE) -> None:
     """Write the data file: ``entries`` maps a built-in file's name to its bytes and its validated suite.
-    Each suite must come back equal from its data, else ValueError names it (nothing is written)."""
+    Each suite must come back equal from its data, its mappings in the same order, else ValueError names
+    it (nothing is written)."""
     suites = {}
     for name, (raw, suite) in sorted(entries.items()):
         data = suite_to_data(suite)
-        if suite_from_data(json.loads(json.dumps(data)), suite.source) != suite:
+        text = json.dumps(data)
+        back = suite_from_data(json.loads(text), suite.source)
+        if back != suite or json.dumps(suite_to_data(back)) != text:
             raise ValueError(f"{suite.source}: the suite does not survive its JSON form (a mapping key that is "
                              f"not a string?); it cannot be stored in {data_file}")
         suites[name] = {"sha256": digest(raw), "suite": data}
     tmp = f"{data_file}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump({"format": FORMAT, "suites": suites}, fh, indent=1, sort_keys=True)
+        json.dump({"format": FORMAT, "suites": suites}, fh, indent=1)  # in order: a suite's mappings keep theirs
         fh.write("\n")
     os.replace(tmp, data_file)

@@ -27,17 +27,12 @@ from dlperf_tasks.core.errors import CatalogError
 #: load imports no yamlsrc
 MAX_BYTES = 256 * 1024
 
-#: the built-in suites' directory as text (``BUILTIN_DIR`` is its Path)
-_BUILTIN = os.path.join(os.path.dirname(os.path.realpath(__file__)), "suites")
+#: the built-in suites' directory (``_BUILTIN``: the same as text)
+BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
+_BUILTIN = str(BUILTIN_DIR)
 _SUFFIXES = (".yaml", ".yml")
 
 _CACHE: dict[str, tuple[int, int, Suite]] = {}
-
-
-def __getattr__(name: str):
-    if name == "BUILTIN_DIR":
-        return _builtin_dir()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _builtin_dir() -> Path:

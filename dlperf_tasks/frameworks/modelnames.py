@@ -11,10 +11,9 @@ from typing import Any
 _BERT_SIZES = {2: "tiny", 4: "mini", 8: "medium", 12: "base", 24: "large"}
 #: (the literal each pattern needs, the pattern)
 _BERT_NUMBERS = (("bert_", re.compile(r"bert_(\d+)_(\d+)_(\d+)")), ("l-", re.compile(r"l-(\d+)_h-(\d+)")))
-#: a size word on its own (``bert-base-uncased``, ``bert_config_large.json``); the first in
-#: :data:`_SIZE_PREFERENCE` that occurs wins
-_BERT_SIZE_WORD = re.compile(r"(?<![a-z])(large|base|tiny|mini|medium)(?![a-z])")
-_SIZE_PREFERENCE = ("large", "base", "tiny", "mini", "medium")
+#: a size word on its own (``bert-base-uncased``, ``bert_config_large.json``), in this order of preference
+_BERT_SIZE_WORDS = tuple((size, re.compile(rf"(?<![a-z]){size}(?![a-z])"))
+                         for size in ("large", "base", "tiny", "mini", "medium"))
 _NOT_NAME = re.compile(r"[^a-z0-9]")
 _MODEL_NAME = re.compile(r"[a-z]+\d+[a-z0-9]*")
 
@@ -32,7 +31,9 @@ def model_kind(text: Any) -> str | None:
             layers = int(m.group(1))
             return f"bert-{_BERT_SIZES.get(layers, f'{layers}-layers')}"
     if "bert" in t or base.endswith(".json"):
-        words = set(_BERT_SIZE_WORD.findall(base))
-        return next((f"bert-{size}" for size in _SIZE_PREFERENCE if size in words), None)
+        for size, word in _BERT_SIZE_WORDS:
+            if size in base and word.search(base):
+                return f"bert-{size}"
+        return None
     name = _NOT_NAME.sub("", base)
     return name if _MODEL_NAME.fullmatch(name) else None

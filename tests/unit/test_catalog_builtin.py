@@ -41,6 +41,8 @@ def test_stored_suite_equals_the_yaml_suite(data_file, fname):
     # every field, container and layout types included (== on a dataclass compares tuples to lists as unequal)
     for f in dataclasses.fields(expected):
         assert type(getattr(got, f.name)) is type(getattr(expected, f.name)), f.name
+    # and every mapping in the same order (== on dicts does not see it; the catalog table and env do)
+    assert json.dumps(builtin.suite_to_data(got)) == json.dumps(builtin.suite_to_data(expected))
 
 
 def test_edited_file_is_not_taken_from_the_data(data_file):
