@@ -4,11 +4,12 @@ Search path: the directories in ``$DLPERF_CATALOG_PATH`` (``:``-separated, searc
 site can add suites or override a built-in one without touching code), then the built-in
 ``dlperf_tasks/catalog/suites``. A suite ``<id>`` lives in ``<id>.yaml`` (or ``.yml``).
 
-Loading is cheap (libyaml, no framework imports) and cached by file modification time,
-because Airflow's DAG processor calls it on every parse. The built-in suites skip the JSON
-Schema pass (jsonschema's import alone is ~50 ms of every command's start-up); the unit tests
-run it on each of them, ``make install`` checks each once (``dlperf catalog check``), and every
-file from ``$DLPERF_CATALOG_PATH`` or a path gets it.
+Loading is cached by file modification time, because Airflow's DAG processor calls it on every
+parse. The built-in suites are validated once, at install (``dlperf catalog build``, all checks
+including the JSON Schema; catalog/builtin.py): a built-in file whose bytes are the ones validated
+then is taken from that data; any other file, from ``$DLPERF_CATALOG_PATH``, a path, or a built-in
+file edited since, is read as YAML and checked (with the JSON Schema unless it is a built-in file:
+the unit tests run it on each of them).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import re
 from pathlib import Path
 
+from dlperf_tasks.catalog import builtin
 from dlperf_tasks.catalog.model import Suite
 from dlperf_tasks.core.catalog_path import site_dirs
 from dlperf_tasks.core.errors import CatalogError
@@ -25,17 +27,12 @@ from dlperf_tasks.core.errors import CatalogError
 #: load imports no yamlsrc
 MAX_BYTES = 256 * 1024
 
-#: the built-in suites' directory as text (``BUILTIN_DIR`` is its Path)
-_BUILTIN = os.path.join(os.path.dirname(os.path.realpath(__file__)), "suites")
+#: the built-in suites' directory (``_BUILTIN``: the same as text)
+BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
+_BUILTIN = str(BUILTIN_DIR)
 _SUFFIXES = (".yaml", ".yml")
 
 _CACHE: dict[str, tuple[int, int, Suite]] = {}
-
-
-def __getattr__(name: str):
-    if name == "BUILTIN_DIR":
-        return _builtin_dir()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _builtin_dir() -> Path:
@@ -73,14 +70,20 @@ def _load(name: str) -> Suite:
     except OSError as exc:
         raise CatalogError(f"{name}: cannot read suite file: {exc.strerror}") from None
     # the package's own suites are schema-checked by the tests and at install, not on every load
-    suite = _parse(name, raw, builtin=os.path.dirname(key) == _BUILTIN)
+    suite = _parse(name, raw, is_builtin=os.path.dirname(key) == _BUILTIN)
     _CACHE[key] = (st.st_mtime_ns, st.st_size, suite)
     return suite
 
 
-def _parse(name: str, raw: bytes, builtin: bool) -> Suite:
-    from dlperf_tasks.catalog.validate import build_suite  # lazy: start-up of dlperf extract (a cached suite needs no checks)
-    from dlperf_tasks.catalog.yamlsrc import parse_yaml  # lazy: start-up of dlperf extract (PyYAML's import ~10 ms)
+def _parse(name: str, raw: bytes, is_builtin: bool) -> Suite:
+    suite = builtin.validated(name, raw) if is_builtin else None
+    return suite if suite is not None else _parse_yaml(name, raw, schema=not is_builtin)
+
+
+def _parse_yaml(name: str, raw: bytes, schema: bool) -> Suite:
+    """Read and check a suite file's YAML (imported here: a built-in suite validated at install needs neither)."""
+    from dlperf_tasks.catalog.validate import build_suite
+    from dlperf_tasks.catalog.yamlsrc import parse_yaml
 
     p = Path(name)
 
@@ -89,7 +92,26 @@ def _parse(name: str, raw: bytes, builtin: bool) -> Suite:
     except UnicodeDecodeError as exc:
         raise CatalogError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     data, lines = parse_yaml(text, str(p))
-    return build_suite(data, str(p), lines, expected_id=p.stem, schema=not builtin)
+    return build_suite(data, str(p), lines, expected_id=p.stem, schema=schema)
+
+
+def build_builtin(data_file: str = builtin.DATA_FILE) -> list[str]:
+    """Validate every built-in suite file as YAML with every check (the JSON Schema included) and write
+    the validated suites to ``data_file`` (what ``dlperf catalog build`` and ``make install`` run);
+    returns the files. Raises CatalogError on the first invalid file (nothing is written then)."""
+    entries = {}
+    for fname in sorted(os.listdir(_BUILTIN)):
+        if not fname.endswith(_SUFFIXES) or fname.startswith("."):
+            continue
+        name = os.path.join(_BUILTIN, fname)
+        with open(name, "rb") as fh:
+            raw = fh.read()
+        entries[fname] = (raw, _parse_yaml(name, raw, schema=True))
+    try:
+        builtin.write(entries, data_file)
+    except (OSError, ValueError) as exc:
+        raise CatalogError(f"cannot write the validated built-in suites: {exc}") from None
+    return [os.path.join(_BUILTIN, f) for f in entries]
 
 
 def _looks_like_path(id_or_path: str) -> bool:

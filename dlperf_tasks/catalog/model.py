@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlperf_tasks.catalog.nodefiles import launch_metadata
+from dlperf_tasks.catalog.shipping import node_files
 from dlperf_tasks.core.model import ParallelLayout, Window
 from dlperf_tasks.core.topology import Topology
 
@@ -110,14 +112,10 @@ class Suite:
 
     def node_files(self) -> dict[str, bytes]:
         """Catalog data files prepare puts on every node: ``{relpath: bytes}`` (see catalog/nodefiles.py)."""
-        from dlperf_tasks.catalog.shipping import node_files  # (here: start-up of dlperf extract)
-
         return node_files(self)
 
     def launch_metadata(self) -> dict[str, Any]:
         """Model config / optimizer / max_iter / accumulation, for the result's run metadata."""
-        from dlperf_tasks.catalog.nodefiles import launch_metadata
-
         return launch_metadata(self)
 
     def env_for(self, topology: Topology) -> dict[str, str]:

@@ -13,18 +13,20 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+from importlib import import_module
+from pathlib import Path
 
 from dlperf_tasks import __version__
-from dlperf_tasks.frameworks import _native
+from dlperf_tasks.cli._term import escaped_output
+from dlperf_tasks.cli.examples import add_examples
 from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.frameworks import _native
 
 COMMANDS = ["catalog", "plan", "extract", "sweep", "publish", "results", "cluster", "confirm"]
 
 
 def layer_commands() -> list[str]:
     """Module names of the sub-commands other packages add (``dlperf_tasks/<pkg>/cli_<name>.py``)."""
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     return sorted(f"dlperf_tasks.{p.parent.name}.{p.stem}" for p in root.glob("*/cli_*.py"))
 
@@ -32,7 +34,7 @@ def layer_commands() -> list[str]:
 def _modules(only: str | None = None) -> list[str]:
     """The sub-command modules to register: all of them, or just ``only``'s (a command run imports
     only what it uses: ``dlperf extract`` never loads the sweep, store or results code)."""
-    if only in COMMANDS:  # (no glob of the package for layer commands: start-up of dlperf extract)
+    if only in COMMANDS:  # a built-in command: no need to look for the layers' commands
         return [f"dlperf_tasks.cli.{only}"]
     layer = layer_commands()
     if only is not None:
@@ -57,8 +59,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dlperf {__version__}\n{_native.status()}")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
-    from importlib import import_module
-
     for module in _modules(only):
         try:
             mod = import_module(module)
@@ -67,8 +67,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 continue
             raise
         mod.register(sub)
-    from dlperf_tasks.cli.examples import add_examples
-
     add_examples(parser)  # every sub-command's --help shows examples
     return parser
 
@@ -76,8 +74,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; everything it prints (stdout and stderr, errors and argparse's messages
     included) has its control characters escaped (:mod:`dlperf_tasks.cli._term`)."""
-    from dlperf_tasks.cli._term import escaped_output
-
     with escaped_output():
         return _main(argv)
 

@@ -16,6 +16,7 @@ EXAMPLES: dict[str, list[str]] = {
     "catalog show": ["dlperf catalog show mxnet-bert",
                      "dlperf catalog show megatron-gpt --format json"],
     "catalog check": ["dlperf catalog check my-suite.yaml other-suite.yaml"],
+    "catalog build": ["dlperf catalog build                  (make install runs it)"],
     "results ls": ["dlperf results ls --suite mxnet-bert --since 2026-01-01",
                    "dlperf results ls --status partial --format json"],
     "results show": ["dlperf results show latest                 the newest run",

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
+import os
 import sys
 
-from dlperf_tasks.core.errors import DlperfError, ExtractError
+from dlperf_tasks.catalog.loader import load_suite
+from dlperf_tasks.core.errors import ExtractError
 from dlperf_tasks.core.model import SPEED_RULES, Window
 from dlperf_tasks.cli._args import non_negative_int, positive_int
 from dlperf_tasks.cli._term import escape
+from dlperf_tasks.history.export import run_csv
+from dlperf_tasks.measure.extract import extract_tree
+from dlperf_tasks.report.markdown import dlperf_text_lines, render_dlperf_text, render_markdown
+from dlperf_tasks.report.result_json import extract_result
+from dlperf_tasks.report.result_stream import SampleSpool, copy_file, write_document, write_result_file
 
 DESCRIPTION = """\
 Read a DLPerf-layout log tree, compute every trial's speed with the suite's framework rule,
@@ -80,14 +88,6 @@ def register(subparsers) -> None:
 
 
 
-def _load_suite(name: str):
-    try:
-        from dlperf_tasks.catalog.loader import load_suite
-    except ImportError as exc:  # pragma: no cover - the catalog is part of the package
-        raise DlperfError(f"the suite catalog is not available: {exc}") from None
-    return load_suite(name)
-
-
 def trial_lines(result) -> list[str]:
     """Readable per-trial speeds, one line per cell (DLPerf's ``{3: 1881.88, ...}`` made legible)."""
     out = []
@@ -106,11 +106,7 @@ def trial_lines(result) -> list[str]:
 
 def _text(fmt: str, res, result) -> str:
     """The human-readable formats (escaped by the caller: logs may hold control sequences)."""
-    from dlperf_tasks.report.markdown import render_dlperf_text, render_markdown
-
     if fmt == "csv":
-        from dlperf_tasks.history.export import run_csv
-
         return run_csv(result)
     if fmt == "dlperf":  # (dlperf extract writes it line by line: _print)
         return render_dlperf_text(result)
@@ -120,10 +116,7 @@ def _text(fmt: str, res, result) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf_tasks.measure.extract import extract_tree
-    from dlperf_tasks.report.result_json import extract_result
-
-    suite = _load_suite(args.suite)
+    suite = load_suite(args.suite)
     window = suite.window
     if args.warmup_iters is not None or args.measure_iters is not None:
         window = Window(warmup=window.warmup if args.warmup_iters is None else args.warmup_iters,
@@ -135,8 +128,6 @@ def run(args: argparse.Namespace) -> int:
     wants_doc = bool(args.output) or args.format == "json"
     spool = None
     if wants_doc:
-        from dlperf_tasks.report.result_stream import SampleSpool
-
         spool = SampleSpool(directory=_spool_dir(args.output))
     try:
         res = extract_tree(suite, args.log_dir, args.batch_size_per_device, window,
@@ -164,22 +155,14 @@ def _spool_dir(output: str | None) -> str | None:
     """The spool sits beside the result file (same file system), else in the temp directory."""
     if not output:
         return None
-    import os
-
     parent = os.path.dirname(os.path.abspath(output))
     return parent if os.path.isdir(parent) else None
 
 
 def _print(args: argparse.Namespace, res, result, spool) -> None:
     if args.output:
-        from dlperf_tasks.report.result_stream import write_result_file
-
         write_result_file(result, spool, args.output)
     if args.format == "json":
-        import io
-
-        from dlperf_tasks.report.result_stream import copy_file, write_document
-
         sys.stdout.flush()
         binary = getattr(sys.stdout, "buffer", None)
         out = binary if binary is not None else io.BytesIO()  # a text-only stdout (tests): via bytes
@@ -192,8 +175,6 @@ def _print(args: argparse.Namespace, res, result, spool) -> None:
         else:
             out.flush()
     elif args.format == "dlperf":
-        from dlperf_tasks.report.markdown import dlperf_text_lines
-
         write = sys.stdout.write
         for line in dlperf_text_lines(result):  # line by line: the text grows with the square of the trials
             write(escape(line) + "\n")

@@ -23,9 +23,7 @@ def site_dirs(extra_dirs: list[str | os.PathLike] | None = None,
     if catalog_path is None:
         catalog_path = env_value("catalog_path")
     if not extra and not catalog_path:
-        return []  # the usual case: no pathlib to import (start-up of dlperf extract)
-    from pathlib import Path
-
+        return []
     dirs: list[Path] = [Path(d) for d in extra]
     dirs += [Path(entry) for entry in catalog_path]
     for d in dirs:

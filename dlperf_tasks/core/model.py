@@ -10,6 +10,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dlperf_tasks.core.digest import sha1_hex
 from dlperf_tasks.core.samples import Sample, Samples, as_samples  # noqa: F401 (Sample re-exported)
 from dlperf_tasks.core.topology import Topology
 
@@ -142,6 +143,11 @@ class Cell:
         return cls(**d)
 
 
+def trial_key(trial_id: str) -> str:
+    """:attr:`Trial.key` of the trial whose id is ``trial_id``."""
+    return sha1_hex(trial_id.encode())[:12]
+
+
 @dataclass(frozen=True, slots=True)
 class Trial:
     """One run of a cell. ``index`` is 1-based like DLPerf's ``_<trial>.log``."""
@@ -156,9 +162,7 @@ class Trial:
     @property
     def key(self) -> str:
         """Short stable hash of the id, safe for container names and labels."""
-        from dlperf_tasks.core.digest import sha1_hex  # (no OpenSSL start-up for it: dlperf extract)
-
-        return sha1_hex(self.id.encode())[:12]
+        return trial_key(self.id)
 
     def to_dict(self) -> dict[str, Any]:
         return {"cell": self.cell.to_dict(), "index": self.index}

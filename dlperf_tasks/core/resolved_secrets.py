@@ -17,6 +17,7 @@ Values are kept in memory only, never printed. A private key's text is registere
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any, Mapping
 
@@ -76,8 +77,6 @@ def remember_connection(conn: Mapping[str, Any] | Any) -> None:
         extra = getattr(conn, "extra_dejson", None) or getattr(conn, "extra", None)
     remember(password)
     if isinstance(extra, (str, bytes)):
-        import json
-
         try:
             extra = json.loads(extra or "{}")
         except ValueError:

@@ -28,12 +28,14 @@ that no settings object, repr or log line ever holds them.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dlperf_tasks.core.errors import DlperfError
+from dlperf_tasks.core.safeurl import refusal, safe_url, scheme_problem
 
 NOTIFY_ONS = ("findings", "confirmed")
 MiB = 1 << 20
@@ -89,8 +91,6 @@ def _json_object(raw: str, key: str) -> str:
     text = str(raw).strip()
     if not text:
         return ""
-    import json
-
     try:
         doc = json.loads(text)
     except ValueError as exc:
@@ -155,15 +155,11 @@ Getter = Callable[[str, "str | None"], "str | None"]
 
 def project_root() -> Path:
     """The checkout (or install) root: the parent of the ``dlperf_tasks`` package."""
-    from pathlib import Path
-
     return Path(__file__).resolve().parents[2]
 
 
 def data_dir() -> Path:
     """``$DLPERF_HOME``, else ``<checkout>/.run``: where the default store and work dir live."""
-    from pathlib import Path
-
     home = os.environ.get("DLPERF_HOME")
     return Path(home).expanduser() if home else project_root() / ".run"
 
@@ -227,8 +223,6 @@ class Settings:
 
     def describe_store(self) -> str:
         """One line for the CLI: which store (never its credentials), and why that one."""
-        from dlperf_tasks.core.safeurl import safe_url
-
         return f"store: {safe_url(self.store_url)} (from {self.store_source})"
 
     @classmethod
@@ -243,8 +237,6 @@ def _store_url(url: str, where: str) -> str:
     credentials (user info, a credential-like parameter, any scheme) is refused in one line
     that shows it only in its safe form; so is a scheme the store cannot open
     (:data:`dlperf_tasks.core.safeurl.STORE_SCHEMES`, the store's own list)."""
-    from dlperf_tasks.core.safeurl import refusal, scheme_problem
-
     url = url.strip()
     problem = refusal(url) or scheme_problem(url)
     if problem:

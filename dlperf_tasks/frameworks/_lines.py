@@ -185,13 +185,6 @@ def crash_marker(text: str) -> str | None:
     return next((CRASH_PATTERNS[i][0] for i in which if CRASH_PATTERNS[i][1].search(text)), None)
 
 
-#: crash_marker() of lines already seen: the same benign lines (cuDNN autotune notes, TF's
-#: MirroredStrategy) come back in every trial of a tree; a pure function of the text, so cached
-_VERDICTS: dict[str, str | None] = {}
-_UNSEEN = object()
-_VERDICT_MAX = 4096
-_VERDICT_MAX_LINE = 1024
-
 
 class FactCollector:
     """Accumulates :class:`LogFacts` while a parser streams a log."""
@@ -212,13 +205,7 @@ class FactCollector:
         """Record the crash marker in ``text``, if any (the line is not counted)."""
         if len(self.facts.crash_markers) >= MAX_RECORDED:
             return
-        name = _VERDICTS.get(text, _UNSEEN)
-        if name is _UNSEEN:
-            name = crash_marker(text)
-            if len(text) <= _VERDICT_MAX_LINE:
-                if len(_VERDICTS) >= _VERDICT_MAX:
-                    _VERDICTS.clear()
-                _VERDICTS[text] = name
+        name = crash_marker(text)
         if name is None:
             return
         snippet = text.strip()[:200]

@@ -32,7 +32,7 @@ def log_precision(family: str, args: dict) -> tuple[str | None, str]:
         table = NUMPY_FLOATS if family == "mxnet" else TF_DTYPES
         return table.get(dtype, dtype), f"dtype={dtype}"
     if family == "dle":
-        flags = {k: _arg(args, k) for k in ("fp16", "amp") if _arg(args, k) is not None}
+        flags = {k: v for k in ("fp16", "amp") if (v := _arg(args, k)) is not None}
         if not flags:
             return None, ""
         amp = any(v.lower() in _TRUE for v in flags.values())

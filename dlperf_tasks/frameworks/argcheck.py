@@ -17,13 +17,10 @@ import json
 import os
 import posixpath
 import re
+from collections.abc import Mapping
 
 from dlperf_tasks.core.model import Cell
 from dlperf_tasks.frameworks.modelnames import model_kind
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Mapping
 
 #: framework -> {script, source, abbrev, flags} (see the file's "about")
 with open(os.path.join(os.path.dirname(__file__), "entry_flags.json"), encoding="utf-8") as _f:

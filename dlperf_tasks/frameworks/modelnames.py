@@ -9,7 +9,8 @@ from typing import Any
 
 #: BERT sizes by layer count (Devlin et al.: base 12 x 768, large 24 x 1024; tiny 2 x 128)
 _BERT_SIZES = {2: "tiny", 4: "mini", 8: "medium", 12: "base", 24: "large"}
-_BERT_NUMBERS = (re.compile(r"bert_(\d+)_(\d+)_(\d+)"), re.compile(r"l-(\d+)_h-(\d+)"))
+#: (the literal each pattern needs, the pattern)
+_BERT_NUMBERS = (("bert_", re.compile(r"bert_(\d+)_(\d+)_(\d+)")), ("l-", re.compile(r"l-(\d+)_h-(\d+)")))
 #: a size word on its own (``bert-base-uncased``, ``bert_config_large.json``), in this order of preference
 _BERT_SIZE_WORDS = tuple((size, re.compile(rf"(?<![a-z]){size}(?![a-z])"))
                          for size in ("large", "base", "tiny", "mini", "medium"))
@@ -24,14 +25,14 @@ def model_kind(text: Any) -> str | None:
     if not t:
         return None
     base = t.rsplit("/", 1)[-1]
-    for rx in _BERT_NUMBERS:
-        m = rx.search(t)
+    for literal, rx in _BERT_NUMBERS:
+        m = rx.search(t) if literal in t else None
         if m:
             layers = int(m.group(1))
             return f"bert-{_BERT_SIZES.get(layers, f'{layers}-layers')}"
     if "bert" in t or base.endswith(".json"):
         for size, word in _BERT_SIZE_WORDS:
-            if word.search(base):
+            if size in base and word.search(base):
                 return f"bert-{size}"
         return None
     name = _NOT_NAME.sub("", base)

@@ -152,12 +152,12 @@ class PytorchBertStream(LogStream):
         """One Sample per DLL step line (timestamp in seconds; the first loss the line prints)."""
         samples, iters = self.samples, self.fc._iters
         top = self.max_iteration if self.max_iteration is not None else -1
-        days = _DAYS
+        days: dict[tuple[str, str, str], float] = {}  # the block's dates, each computed once
         for y, mo, d, h, mi, secs, _epoch, step_s, name, loss_s in rows:
             day = days.get((y, mo, d))
             if day is None:
                 try:
-                    day = _day_seconds(y, mo, d)
+                    day = days[(y, mo, d)] = _day_seconds(y, mo, d)
                 except ValueError:
                     self.fc.error(f"invalid date {y}-{mo}-{d} in a DLL line")
                     continue
@@ -238,12 +238,8 @@ _SUMMARY = re.compile(r"training_sequences_per_second : (\S+)")
 _BATCH_PER_GPU = re.compile(r"PARAMETER batch_size_per_gpu : (\d+)")
 _NPROC = re.compile(r"--nproc[_-]per[_-]node[= ](\d+)")
 _NNODES = re.compile(r"--nnodes[= ](\d+)")
-_DAYS: dict[tuple[str, str, str], float] = {}
 
 
 def _day_seconds(y: str, mo: str, d: str) -> float:
-    """Seconds since the epoch at 00:00 UTC of the date (cached per date string triple)."""
-    v = _DAYS.get((y, mo, d))
-    if v is None:
-        v = _DAYS[(y, mo, d)] = float(_dt.datetime(int(y), int(mo), int(d), tzinfo=_dt.timezone.utc).timestamp())
-    return v
+    """Seconds since the epoch at 00:00 UTC of the date."""
+    return float(_dt.datetime(int(y), int(mo), int(d), tzinfo=_dt.timezone.utc).timestamp())

@@ -21,6 +21,7 @@ Use :func:`extract_tree` for a tree on disk (``dlperf extract``, the sweep, Airf
 from __future__ import annotations
 
 import json
+import operator
 import os
 import sys
 import time
@@ -88,11 +89,12 @@ def extract_run_id(suite_id: str, window: Window, trials: Iterable[TrialResult])
     suite get two ids (publishing the second never replaces the first) while extracting the same
     logs again gives the same id (re-publishing it stays idempotent)."""
     rows = []
-    for t in sorted(trials, key=lambda t: t.trial.id):
+    for t in trials:
         m = t.metric
         rows.append([t.trial.id, str(getattr(t.status, "value", t.status)), t.reason,
                      None if m is None else repr(m.value), None if m is None else repr(m.throughput),
                      t.started_at, t.finished_at, sorted(os.path.basename(p) for p in t.log_paths)])
+    rows.sort(key=operator.itemgetter(0))  # by trial id (stable: as sorting the trials by it)
     doc = json.dumps({"suite": suite_id, "window": window.to_dict(), "trials": rows}, sort_keys=True, default=str)
     return f"extract-{suite_id}-{sha256_hex(doc.encode())[:12]}"
 

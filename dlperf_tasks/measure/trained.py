@@ -43,6 +43,8 @@ def model_problems(cell_model: str, args: dict, source: str = "") -> list[str]:
 
 def grad_norm_problems(iterations: Iterable[int], warmup: int, total: int) -> list[str]:
     """A reason when a non-finite gradient norm was logged for an iteration inside the window."""
+    if not iterations:  # the usual case: none was logged
+        return []
     inside = sorted({int(i) for i in iterations if warmup < int(i) <= total})
     if not inside:
         return []

@@ -26,6 +26,9 @@ This module owns what a trial and a cell become in the document (:func:`trial_to
 
 from __future__ import annotations
 
+import datetime as _dt
+import io
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -36,7 +39,8 @@ from typing import Any
 from dlperf_tasks.report.llm_summary import cell_llm
 from dlperf_tasks.report.probe_summary import annotate, cell_interconnect
 from dlperf_tasks.core.errors import DlperfError
-from dlperf_tasks.core.model import Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus
+from dlperf_tasks.core.model import (Cell, MetricKind, Sample, Trial, TrialMetric, TrialResult, TrialStatus,
+                                     trial_key)
 from dlperf_tasks.measure.extract import dlperf_model_key
 from dlperf_tasks.measure.stats import CellStats, dlperf_dict, dlperf_round
 from dlperf_tasks.report.result_stream import json_number, sample_row, write_document, write_result_file
@@ -118,10 +122,11 @@ def trial_to_dict(r: TrialResult, samples_of: Callable[[TrialResult], Any] | Non
         samples = samples_of(r)
     else:
         samples = [sample_row(s.iteration, s.value, s.rank) for s in r.samples]
+    trial_id = r.trial.id
     return {
         "index": r.trial.index,
-        "trial_id": r.trial.id,
-        "trial_key": r.trial.key,
+        "trial_id": trial_id,
+        "trial_key": trial_key(trial_id),
         "status": r.status.value,
         "valid": r.valid,
         "reason": r.reason,
@@ -274,8 +279,6 @@ def _latency_dict(cells: Iterable[CellStats]) -> dict[str, Any]:
 
 
 def now_iso() -> str:
-    import datetime as _dt
-
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -309,8 +312,6 @@ def build_result(cells: list[CellStats], run: Mapping[str, Any] | None = None, *
 def dumps(result: Mapping[str, Any]) -> str:
     """Serialise: indented, but each trial's sample list on one line (they can be long);
     :func:`dlperf_tasks.report.result_stream.write_document`'s layout."""
-    import io
-
     buf = io.BytesIO()
     write_document(result, None, buf)
     return buf.getvalue().decode("utf-8")
@@ -330,7 +331,7 @@ def validate(result: Mapping[str, Any], where: str = "result") -> None:
     if version != SCHEMA_VERSION:
         raise ResultFormatError(
             f"{where}: unsupported schema_version {version!r} (this dlperf reads schema_version {SCHEMA_VERSION})")
-    import jsonschema  # slow to import: only commands that write or read a result file pay it
+    import jsonschema  # a large library: imported by the commands that check a result file
 
     try:
         jsonschema.validate(result, SCHEMA)
@@ -341,8 +342,6 @@ def validate(result: Mapping[str, Any], where: str = "result") -> None:
 
 def load_result(path: str | os.PathLike) -> dict[str, Any]:
     """Read and validate a result JSON (checks ``schema_version``)."""
-    import json
-
     try:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)

@@ -144,8 +144,6 @@ def _with_row_tokens(cell: Mapping[str, Any], rows: list[Any]) -> Mapping[str, A
 def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     """``write(fh)`` into a temp file beside ``path``, then rename it over ``path`` (a reader sees the old
     file or the whole new one; the temp file never stays behind). Returns the path."""
-    from pathlib import Path  # (here: dlperf extract --format json writes no file)
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".result-", suffix=".json", dir=path.parent)

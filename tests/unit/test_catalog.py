@@ -26,8 +26,8 @@ def test_every_builtin_suite_loads():
 
 
 def test_builtin_suites_pass_the_json_schema():
-    """The loader skips the JSON Schema pass for the package's own suites (start-up cost of every
-    command); this is where they get it, so a broken built-in suite still fails."""
+    """The loader reads an edited built-in suite's YAML without the JSON Schema pass (``dlperf catalog
+    build`` runs it at install); this is where the tests run it, so a broken built-in suite still fails."""
     from dlperf_tasks.catalog.problems import Problems
     from dlperf_tasks.catalog.validate import _schema_problems
     from dlperf_tasks.catalog.yamlsrc import parse_yaml

@@ -77,7 +77,6 @@ def test_crash_scan_once_per_distinct_line_same_markers(monkeypatch):
     markers = []
     for dedupe_from in (1 << 40, 1):  # never / always scanned once per distinct line
         monkeypatch.setattr("dlperf_tasks.frameworks._stream._DEDUPE_FROM", dedupe_from)
-        _lines._VERDICTS.clear()
         st = _Plain()
         st.feed(text)
         markers.append(st.close().facts.crash_markers)
@@ -127,7 +126,6 @@ def test_crash_shape_check_finds_every_hint_among_digit_noise(monkeypatch, hint)
     markers = []
     for shapes_from in (1 << 40, 1):  # never / always checked by shape first
         monkeypatch.setattr("dlperf_tasks.frameworks._stream._SHAPES_FROM", shapes_from)
-        _lines._VERDICTS.clear()
         st = _Plain()
         st.feed(text)
         markers.append(st.close().facts.crash_markers)
