@@ -118,6 +118,7 @@ def test_dag_confirmation_run_pins_nodes_from_sinfo_and_records_the_verdict(airf
     finding, flagged = conf["confirm"]["finding"], conf["confirm"]["run_id"]
     work = tmp_path / "work"
     cfg = cluster_settings(c.yaml_path, store_url, work, trial_poll_s=0.5)
+    c.wait_node("node2", lambda s: s == "idle")  # an earlier test's job may still be completing there
     blocker = c.ssh(f"sbatch --parsable -p {c.small_partition} -A {c.account} --qos {c.qos} -N1 --exclusive "
                     f"-J blocker --wrap 'sleep 300'", check=True).stdout.strip()
     c.wait_job(blocker, "RUNNING")  # node1 busy while the plan step picks
