@@ -16,9 +16,11 @@ cells and one trial per round; :func:`dlperf_tasks.history.confirm.judge` gives 
   into ``{"confirm": ConfirmPlan}``. The triggered run goes through the engine's usual steps with
   a different plan: :func:`plan_confirm` (plan step: two runs of the suite, A and B, trial items
   interleaved A B A B, every item carrying its run's image, both runs pinning the same nodes:
-  plan.json ``nodes``, honoured by :func:`dlperf_tasks.engine.placement.usable_nodes`; adaptive
-  trials off); prepare, trials, collect, aggregate unchanged; :func:`finish_confirm` instead of
-  publishing (values and env diff from the A/B run dirs, the verdict recorded).
+  plan.json ``nodes``, honoured by :func:`dlperf_tasks.engine.placement.usable_nodes`, on a Slurm
+  cluster file picked from ``sinfo`` by :func:`dlperf_tasks.engine.slurmitem.pin_nodes` and honoured
+  by ``slurmitem.start`` (``--exclude`` of the partition's other nodes); adaptive trials off);
+  prepare, trials, collect, aggregate unchanged; :func:`finish_confirm` instead of publishing
+  (values and env diff from the A/B run dirs, the verdict recorded).
 
 Loops cannot happen: a confirmation run publishes nothing, runs no regression check and its
 trigger step plans nothing; a finding that already has a verdict is not planned again, and the
@@ -42,11 +44,13 @@ from dlperf_tasks.catalog.validate import check_image_ref
 from dlperf_tasks.core.errors import DlperfError
 from dlperf_tasks.engine.errors import NonRetriable
 from dlperf_tasks.engine.rundir import RunDir, group_run_record, new_run_id, now_iso, read_json, write_json, write_plan
+from dlperf_tasks.engine import slurmitem
 from dlperf_tasks.engine.clusterconf import load_cluster
 from dlperf_tasks.catalog.loader import load_suite
 from dlperf_tasks.engine.sweep import SweepOptions, run_sweep
 from dlperf_tasks.history import confirm as C
 from dlperf_tasks.history.cellspec import parse_cell_id
+from dlperf_tasks.remote.slurm_inventory import SlurmCluster
 from dlperf_tasks.store.quarantine import Quarantine
 
 log = logging.getLogger("dlperf.confirm")
@@ -203,18 +207,18 @@ def plan_confirm(group: str, suite_ids: list[str], params: Mapping[str, Any], se
             raise ValueError(f"suite {plan.suite} is not one of this DAG's ({', '.join(sorted(suite_ids))})")
         suite = load_suite(plan.suite, settings.catalog_path)
         cluster = load_cluster(settings)
-        if cluster is not None and not hasattr(cluster, "nodes"):  # a Slurm cluster file: no node inventory
-            raise ValueError(f"cluster {cluster.name} is a Slurm cluster: its A/B confirmation runs through "
-                             "`dlperf confirm` (the DAG's confirmation run cannot pin Slurm nodes yet)")
+        on_slurm = isinstance(cluster, SlurmCluster)
         plan.image_a, plan.image_b = _image(plan.image_a, cluster, "image_a"), _image(plan.image_b, cluster, "image_b")
         p = plan_for(suite, plan.cells, trials=plan.rounds)
-        if cluster is not None:
+        if cluster is not None and not on_slurm:
             bad = [n for n in plan.nodes if n not in cluster.names]
             if bad:
                 raise ValueError(f"node(s) {', '.join(bad)} not in cluster {cluster.name}")
-        plan.nodes = list(plan.nodes) or pin_nodes(cluster, p.cells, settings)
+            plan.nodes = list(plan.nodes) or pin_nodes(cluster, p.cells, settings)
     except (ValueError, TypeError, DlperfError) as exc:
         raise NonRetriable(f"invalid run parameter confirm: {exc}") from None
+    if on_slurm:  # from sinfo of the partition, on the login node (the conf's nodes: only those)
+        plan.nodes = slurmitem.pin_nodes(settings, p.cells, list(plan.nodes) or None)
     ids = _run_ids(settings, group, group_run_id, suite.id)
     cluster_name = "local" if settings.is_local else Path(settings.cluster).name
     doc, runs, items = p.to_dict(), [], []

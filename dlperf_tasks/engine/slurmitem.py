@@ -6,6 +6,8 @@ service's quarantined nodes join ``--exclude``.
 * :func:`start` checks the partition/account/QoS/reservation on the login node (one error naming the
   file and field, nothing submitted), names the nodes Slurm reports drained or down, puts the suite's
   catalog files on the shared work dir and submits; it returns the started state (plain data).
+* :func:`pin_nodes` picks the nodes an A/B confirmation run pins (its plan step, from ``sinfo`` of the
+  partition); :func:`start` confines a pinned run's job to them (``--exclude`` of the partition's others).
 * :class:`JobProgress` turns the polled states of a job into progress lines (the pending reason while
   it waits, the nodes once it runs) and, at its end, the event both a deferred trigger and
   :func:`wait` hand to :func:`finish`: the job's sacct state, the queue time apart from the run time.
@@ -71,10 +73,59 @@ def unavailable_notes(cluster: SlurmCluster, pool, login: str) -> list[str]:
     return [f.text for f in partition_findings(cluster, pool, login) if f.field == "nodes" and f.ok]
 
 
-def _job(trial: Trial, suite, run_id: str, settings, *, image: str | None, attempt: int):
-    """The trial attempt's Slurm job (the one builder: ``slurm_trial.build_job``) and its options."""
+def pin_nodes(settings, cells, given: list[str] | None = None) -> list[str]:
+    """The nodes an A/B confirmation run pins on the configured Slurm cluster (its plan step), from
+    ``sinfo`` of the partition now (:func:`choose_pinned`); the partition, account, QoS and reservation
+    are checked first (one line naming the field). The login node not answering is Retriable."""
     cluster = slurm_cluster(settings)
-    opts = options_of(cluster.slurm, _quarantined(settings, trial))
+    try:
+        quarantined = Quarantine.for_settings(settings).nodes()
+    except (ValueError, StoreError) as exc:
+        raise Retriable(f"A/B confirmation: quarantine state: {exc}") from None
+    avoid = {n: "is excluded by the cluster file (slurm.exclude)" for n in cluster.slurm.exclude}
+    avoid.update({n: "is quarantined (dlperf cluster clear NODE)" for n in quarantined})
+    login = cluster.login_names[0]
+    with SSHPool(cluster.login_cluster()) as pool:
+        try:
+            rows = slurm_trial.partition_nodes(pool, login, cluster.slurm.partition)
+        except RemoteError as exc:  # the login node did not answer
+            raise Retriable(f"A/B confirmation: {exc}") from None
+        try:
+            validate_before_submit(cluster, pool, login)
+        except RemoteError as exc:
+            raise NonRetriable(f"A/B confirmation: {exc}") from None
+    return choose_pinned(rows, cells, avoid, cluster.slurm.partition, given)
+
+
+def choose_pinned(rows: list[slurm_jobs.PartitionNode], cells, avoid: Mapping[str, str], partition: str,
+                  given: list[str] | None = None) -> list[str]:
+    """As many nodes as the largest of ``cells`` needs (``slurm_jobs.choose_nodes``: idle ones first; none
+    that Slurm reports down, drained, failing or not responding, none with fewer GPUs than the cells ask
+    for, none in ``avoid``); ``given``: only those (the conf's ``nodes``). Too few is ONE line naming
+    each node left out and why (NonRetriable)."""
+    need = max(c.topology.nodes for c in cells)
+    gpus = max(c.topology.gpus_per_node for c in cells)
+    ok, left_out = slurm_jobs.choose_nodes(rows, gpus, avoid, only=given)
+    if len(ok) < need:
+        among = f" among {', '.join(given)}" if given else ""
+        usable = f" ({', '.join(ok)})" if ok else ""
+        raise NonRetriable(f"A/B confirmation needs {need} node(s) with {gpus} GPU(s) in Slurm partition {partition}"
+                           f"{among}; {len(ok)} usable{usable}; not usable: {'; '.join(left_out) or 'none'}")
+    return ok[:need]
+
+
+def pinned_of(rd: RunDir) -> list[str]:
+    """The nodes the run is pinned to (plan.json ``nodes``: an A/B confirmation run's), else []."""
+    return list((rd.read("plan.json") or {}).get("nodes") or [])
+
+
+def _job(trial: Trial, suite, run_id: str, settings, *, image: str | None, attempt: int,
+         outside: list[str] | None = None):
+    """The trial attempt's Slurm job (the one builder: ``slurm_trial.build_job``) and its options.
+    ``outside``: a pinned run's other nodes of the partition, its whole ``--exclude`` (the pinned nodes
+    stay the run's even if quarantined since, as a pinned run's leases do on the Docker runtime)."""
+    cluster = slurm_cluster(settings)
+    opts = options_of(cluster.slurm, outside if outside is not None else _quarantined(settings, trial))
     image = cluster.resolve_image(image or (suite.container.image if suite.container else None))
     job = slurm_trial.build_job(trial, suite, run_id, opts, image=image if suite.container else None,
                                 gpus_per_node=trial.cell.topology.gpus_per_node, attempt=attempt,
@@ -90,15 +141,21 @@ def dry_run_lines(trial: Trial, suite, run_id: str, settings, *, image: str | No
 
 def start(trial: Trial, suite, rd: RunDir, settings, *, image: str | None, attempt: int,
           emit: Callable[[str], None]) -> dict[str, Any]:
-    """Submit one trial attempt as a Slurm job; the started state (``slurm``: job id, log dir, login)."""
-    cluster, opts, image, job = _job(trial, suite, rd.run_id, settings, image=image, attempt=attempt)
-    login = cluster.login_names[0]
+    """Submit one trial attempt as a Slurm job; the started state (``slurm``: job id, log dir, login).
+    A pinned run's job (:func:`pinned_of`) runs on the pinned nodes only."""
+    cluster = slurm_cluster(settings)
+    login, pinned = cluster.login_names[0], pinned_of(rd)
     with SSHPool(cluster.login_cluster()) as pool:
         try:
             validate_before_submit(cluster, pool, login)
         except RemoteError as exc:
             raise NonRetriable(f"trial {trial.id}: {exc}") from None
         try:
+            outside = slurm_trial.outside_pinned(pool, login, cluster.slurm.partition, pinned) if pinned else None
+            if pinned:
+                emit(f"  Slurm job pinned to {', '.join(pinned)} (--exclude of the partition's other nodes)")
+            cluster, opts, image, job = _job(trial, suite, rd.run_id, settings, image=image, attempt=attempt,
+                                             outside=outside)
             for note in unavailable_notes(cluster, pool, login):
                 emit(f"  Slurm: {note}")
             slurm_trial.prepare(pool, login, opts, suite)

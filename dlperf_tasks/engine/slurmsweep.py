@@ -101,8 +101,7 @@ def run_on_slurm(todo: list[Trial], b: Batch, cluster: SlurmCluster, image: str 
         validate_before_submit(cluster, pool, login)
         outside = None
         if nodes:
-            res = pool.run(login, slurm_jobs.pinned_nodes_command(cluster.slurm.partition, nodes), timeout=60)
-            outside = slurm_jobs.outside_pinned(res.stdout, cluster.slurm.partition)
+            outside = slurm_trial.outside_pinned(pool, login, cluster.slurm.partition, nodes)
             b.display.emit(f"Slurm jobs pinned to {', '.join(nodes)} (--exclude of the partition's other nodes)")
         run = _Run(cluster, todo, b, image, pool, login, outside)
         slurm_trial.prepare(pool, login, run.opts, b.suite)

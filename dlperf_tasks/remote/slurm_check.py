@@ -23,10 +23,10 @@ import shlex
 from dataclasses import dataclass
 
 from dlperf_tasks.core.errors import RemoteError
+from dlperf_tasks.remote import slurm_jobs
 from dlperf_tasks.remote.slurm_inventory import SlurmCluster, enroot_uri
 
 _IMMEDIATE_S = 60            # a check step waits at most this long for a node
-_BAD_STATES = ("down", "drain", "fail", "maint", "unknown", "inval", "no_respond", "power")
 
 
 @dataclass(frozen=True)
@@ -54,16 +54,6 @@ def _run(pool, login: str, command: str, timeout: float = 60):
     return pool.run(login, command, timeout=timeout)
 
 
-def gpu_count(gres: str) -> int:
-    """GPUs in a sinfo %G value: ``gpu:8``, ``gpu:a100:4(S:0-1)``, ``gpu:a100:4,gpu:v100:4`` -> 8/4/8."""
-    total = 0
-    for part in gres.split(","):
-        fields = re.sub(r"\(.*?\)", "", part).split(":")
-        if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
-            total += int(fields[-1])
-    return total
-
-
 def partition_findings(cluster: SlurmCluster, pool, login: str) -> list[Finding]:
     s = cluster.slurm
     out = _run(pool, login, "sinfo -h -a -o '%R'")
@@ -73,24 +63,20 @@ def partition_findings(cluster: SlurmCluster, pool, login: str) -> list[Finding]
     if s.partition not in known:
         return [Finding(False, "slurm.partition", f"partition {s.partition!r} does not exist on the cluster "
                                                   f"(sinfo lists: {', '.join(known) or 'none'})")]
-    rows = _run(pool, login, f"sinfo -h -N -p {shlex.quote(s.partition)} -o '%N|%T|%G|%E'").stdout
-    nodes: dict[str, tuple[str, int, str]] = {}
-    for line in rows.splitlines():
-        name, state, gres, reason = (line.split("|") + ["", "", "", ""])[:4]
-        if name:
-            nodes[name] = (state, gpu_count(gres), reason)
+    rows = slurm_jobs.parse_partition_nodes(_run(pool, login, slurm_jobs.partition_nodes_command(s.partition)).stdout)
+    nodes = {r.name: r for r in rows}
     found = [Finding(True, "slurm.partition", f"{s.partition}: {len(nodes)} node(s)")]
-    short = sorted(n for n, (_, gpus, _) in nodes.items() if gpus < s.gpus_per_node)
+    short = sorted(n for n, r in nodes.items() if r.gpus < s.gpus_per_node)
     if s.gpus_per_node and short:
-        have = ", ".join(f"{n} gpu:{nodes[n][1]}" for n in short[:8])
+        have = ", ".join(f"{n} gpu:{nodes[n].gpus}" for n in short[:8])
         found.append(Finding(False, "slurm.gpus_per_node", f"{s.gpus_per_node}, but partition {s.partition} has "
                                                            f"nodes with fewer GPUs (gres): {have}"))
     elif s.gpus_per_node and nodes:
         found.append(Finding(True, "slurm.gpus_per_node", f"{s.gpus_per_node}: every node has gres gpu:"
-                                                          f"{min(g for _, g, _ in nodes.values())} or more"))
-    bad = {n: v for n, v in nodes.items() if any(b in v[0].lower() for b in _BAD_STATES) or v[0].endswith("*")}
-    for n, (state, _, reason) in sorted(bad.items()):
-        found.append(Finding(True, "nodes", f"{n} is {state}" + (f" ({reason})" if reason and reason != "none" else "")
+                                                          f"{min(r.gpus for r in nodes.values())} or more"))
+    bad = {n: r for n, r in nodes.items() if not r.usable}
+    for n, r in sorted(bad.items()):
+        found.append(Finding(True, "nodes", slurm_jobs.node_note(n, r.state, r.reason)
                              + ": Slurm will not place trials there"))
     if nodes and len(bad) == len(nodes):
         found.append(Finding(False, "nodes", f"no node of partition {s.partition} is usable"))

@@ -24,6 +24,7 @@ import re
 import shlex
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Mapping
 
 from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.core.model import TrialStatus
@@ -109,17 +110,104 @@ def node_states_command(nodes: str) -> str:
     return f"sinfo -h -N -n {shlex.quote(nodes)} -o '%N|%T|%E'"
 
 
+#: sinfo states (%T, extended form, lower case) in which Slurm places no new job on a node; a trailing ``*``
+#: (not responding) does the same (sinfo(1), NODE STATE CODES)
+UNUSABLE_STATES = ("down", "drain", "fail", "maint", "unknown", "inval", "no_respond", "power", "future")
+
+
+def unusable_state(state: str) -> bool:
+    """Whether Slurm places no new job on a node in sinfo state ``state`` (down, drained or draining,
+    failing, in maintenance, powered down, not responding...)."""
+    return state.endswith("*") or any(b in state.lower() for b in UNUSABLE_STATES)
+
+
+def node_note(name: str, state: str, reason: str = "") -> str:
+    """``node3 is down* (Not responding)``: a node, its sinfo state and the reason Slurm keeps for it."""
+    return f"{name} is {state}" + (f" ({reason})" if reason and reason != "none" else "")
+
+
 def unavailable_nodes(stdout: str) -> list[str]:
-    """``node3 is down* (Not responding)`` for each row of :func:`node_states_command` whose node Slurm
-    reports down, drained, failing or not responding (``*``)."""
+    """:func:`node_note` for each row of :func:`node_states_command` whose node Slurm reports down,
+    drained, failing or not responding (``*``)."""
     out = []
     for line in stdout.splitlines():
         name, state, reason = (line.strip().split("|") + ["", "", ""])[:3]
-        if name and (state.endswith("*") or any(b in state.lower() for b in ("down", "drain", "fail"))):
-            text = f"{name} is {state}" + (f" ({reason})" if reason and reason != "none" else "")
+        if name and unusable_state(state):
+            text = node_note(name, state, reason)
             if text not in out:
                 out.append(text)
     return out
+
+
+@dataclass(frozen=True)
+class PartitionNode:
+    """One row of :func:`partition_nodes_command`: a node of the partition as sinfo shows it."""
+    name: str
+    state: str   # sinfo's %T, e.g. idle, mixed, allocated, drained, down*
+    gpus: int    # GPUs in its gres (%G)
+    reason: str  # why it is unavailable (%E; ``none`` when it is not)
+
+    @property
+    def usable(self) -> bool:
+        return not unusable_state(self.state)
+
+    @property
+    def idle(self) -> bool:
+        return self.state.rstrip("*~#!%$@^-").lower() == "idle"
+
+
+def partition_nodes_command(partition: str) -> str:
+    """One row per node of the partition: ``<node>|<state>|<gres>|<reason>`` (``sinfo -N``: node-oriented)."""
+    if not re.match(r"^[A-Za-z0-9_.-]{1,128}$", partition):
+        raise RemoteError(f"slurm: {partition[:100]!r} is not a partition name")
+    return f"sinfo -h -N -p {shlex.quote(partition)} -o '%N|%T|%G|%E'"
+
+
+def gpu_count(gres: str) -> int:
+    """GPUs in a sinfo %G value: ``gpu:8``, ``gpu:a100:4(S:0-1)``, ``gpu:a100:4,gpu:v100:4`` -> 8/4/8."""
+    total = 0
+    for part in gres.split(","):
+        fields = re.sub(r"\(.*?\)", "", part).split(":")
+        if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
+def parse_partition_nodes(stdout: str) -> list[PartitionNode]:
+    """The rows of :func:`partition_nodes_command`, in sinfo's order, each node once."""
+    out: dict[str, PartitionNode] = {}
+    for line in stdout.splitlines():
+        name, state, gres, reason = (line.strip().split("|") + ["", "", "", ""])[:4]
+        if name and name not in out:
+            out[name] = PartitionNode(name, state, gpu_count(gres), reason)
+    return list(out.values())
+
+
+def choose_nodes(rows: list[PartitionNode], gpus: int, avoid: Mapping[str, str],
+                 only: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """The nodes a pinned run may use, idle ones first (then sinfo's order), and why each other one may
+    not (``node3 is down* (Not responding)``, ``node1 quarantined (...)``): a node is left out when Slurm
+    places no job there, it has fewer than ``gpus`` GPUs, or it is in ``avoid`` (name -> why: quarantined,
+    the cluster file's exclude). ``only``: the candidates (a plan's own nodes), in that order; one the
+    partition lacks is named."""
+    by_name = {r.name: r for r in rows}
+    names = list(only) if only else [r.name for r in rows]
+    ok, left_out = [], []
+    for n in names:
+        r = by_name.get(n)
+        if r is None:
+            left_out.append(f"{n} is not in the partition")
+        elif n in avoid:
+            left_out.append(f"{n} {avoid[n]}")
+        elif not r.usable:
+            left_out.append(node_note(r.name, r.state, r.reason))
+        elif r.gpus < gpus:
+            left_out.append(f"{n} has {r.gpus} GPU(s)")
+        else:
+            ok.append(r)
+    if not only:
+        ok.sort(key=lambda r: not r.idle)  # stable: sinfo's order within idle and busy nodes
+    return [r.name for r in ok], left_out
 
 
 def pinned_nodes_command(partition: str, nodes) -> str:

@@ -147,6 +147,22 @@ def poll(pool: SSHPool, login: str, job_ids) -> dict[str, JobState]:
     return slurm_jobs.parse_poll(res.stdout)
 
 
+def partition_nodes(pool: SSHPool, login: str, partition: str) -> list[slurm_jobs.PartitionNode]:
+    """The partition's nodes as sinfo shows them now: state, GPUs (gres), the reason Slurm keeps."""
+    res = pool.run(login, slurm_jobs.partition_nodes_command(partition), timeout=60)
+    if res.rc != 0:
+        raise RemoteError(f"slurm: sinfo -p {partition} failed: {res.stderr.strip()[-300:]}", node=login)
+    return slurm_jobs.parse_partition_nodes(res.stdout)
+
+
+def outside_pinned(pool: SSHPool, login: str, partition: str, nodes) -> list[str]:
+    """The partition's nodes other than ``nodes`` (names or Slurm node lists such as ``node[3-4]``): what
+    ``--exclude`` gets so that every job runs on the pinned nodes only, as many of them as it asks for
+    (``--nodelist`` would not do: a job gets all the listed nodes, and others when they are too few; sbatch(1))."""
+    res = pool.run(login, slurm_jobs.pinned_nodes_command(partition, nodes), timeout=60)
+    return slurm_jobs.outside_pinned(res.stdout, partition)
+
+
 def cancel(pool: SSHPool, login: str, job_ids) -> None:
     ids = list(job_ids)
     if ids:

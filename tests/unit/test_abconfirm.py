@@ -114,22 +114,3 @@ def test_on_slurm_later_rounds_are_pinned_to_the_node_list_the_first_round_got(t
     assert [nodes for _, nodes in calls[1:]] == [["node[3-4]"]] * 3 and p.nodes == ["node[3-4]"]
     assert values == {"A": {cell: [100.0, 100.0]}, "B": {cell: [90.0, 90.0]}}
     assert env_b["image"].endswith("b" * 64)
-
-
-def test_a_dag_confirmation_run_on_a_slurm_cluster_file_is_refused_in_one_line(tmp_path):
-    import yaml
-
-    from dlperf_tasks.airflow.settings import DlperfSettings
-    from dlperf_tasks.engine.errors import NonRetriable
-
-    path = tmp_path / "slurm.yaml"
-    path.write_text(yaml.safe_dump({"name": "site", "scheduler": "slurm", "login": {"host": "login1", "user": "u"},
-                                    "slurm": {"partition": "gpu", "work_dir": "/shared"}}))
-    cfg = DlperfSettings(cluster=str(path), store_url=f"file://{tmp_path / 'store'}", work_dir=str(tmp_path / "w"))
-    suite = load_suite("pytorch-bert")
-    cell = plan(suite).cells[0].id
-    p = C.ConfirmPlan(suite=suite.id, run_id="flagged", finding=f"throughput:{cell}", kind="throughput", cell_id=cell,
-                      cells=[cell], image_a="r/x@sha256:" + "a" * 64, image_b="r/x@sha256:" + "b" * 64, run_a="good",
-                      rounds=2)
-    with pytest.raises(NonRetriable, match=r"site is a Slurm cluster: its A/B confirmation runs through `dlperf confirm`"):
-        abconfirm.plan_confirm("pytorch", [suite.id], p.to_conf(), cfg, "confirm__x")

@@ -238,3 +238,92 @@ def test_a_broken_cluster_file_in_the_kill_handler_is_logged_and_the_stop_still_
         assert trials.stop_event("run-b", trial.key).is_set()
     finally:
         trials.stop_event("run-b", trial.key, forget=True)
+
+
+# ---- the nodes an A/B confirmation run pins on a Slurm partition ----------------------------------------
+# sinfo -h -N -p gpu -o '%N|%T|%G|%E' (states and suffixes as sinfo(1) "NODE STATE CODES" lists them;
+# %E is "none" for a node Slurm has no reason for); node7 twice, as a node in two partitions would be
+SINFO = """node1|allocated|gpu:8|none
+node2|idle|gpu:a100:8(S:0-1)|none
+node3|down*|gpu:8|Not responding
+node4|drained|gpu:8|bad fan
+node5|idle|gpu:4|none
+node6|mixed|gpu:8|none
+node7|idle|gpu:8|none
+node7|idle|gpu:8|none
+node8|idle~|gpu:8|none
+"""
+
+
+def _cells(*topologies: str):
+    return [SimpleNamespace(topology=Topology.parse(t)) for t in topologies]
+
+
+def test_pinned_nodes_are_idle_ones_first_and_never_down_drained_short_of_gpus_or_quarantined():
+    from dlperf_tasks.engine.slurmitem import choose_pinned
+
+    rows = slurm_jobs.parse_partition_nodes(SINFO)
+    assert [r.name for r in rows] == [f"node{k}" for k in range(1, 9)]
+    assert [(r.name, r.gpus, r.usable, r.idle) for r in rows if r.name in ("node2", "node3", "node8")] == [
+        ("node2", 8, True, True), ("node3", 8, False, False), ("node8", 8, True, True)]
+    avoid = {"node7": "is quarantined (dlperf cluster clear NODE)"}
+    # idle nodes with 8 GPUs first (node2, node8: a powered-down node is powered up by Slurm), then the busy ones
+    assert choose_pinned(rows, _cells("1n8g", "2n8g"), avoid, "gpu") == ["node2", "node8"]
+    assert choose_pinned(rows, _cells("4n8g"), avoid, "gpu") == ["node2", "node8", "node1", "node6"]
+    assert choose_pinned(rows, _cells("1n4g"), {}, "gpu") == ["node2"]
+    with pytest.raises(NonRetriable) as exc:
+        choose_pinned(rows, _cells("1n8g", "8n8g"), avoid, "gpu")
+    assert str(exc.value) == (
+        "A/B confirmation needs 8 node(s) with 8 GPU(s) in Slurm partition gpu; 4 usable (node2, node8, node1, node6); "
+        "not usable: node3 is down* (Not responding); node4 is drained (bad fan); node5 has 4 GPU(s); "
+        "node7 is quarantined (dlperf cluster clear NODE)")
+
+
+def test_a_plans_own_nodes_are_the_only_candidates_in_their_order_and_each_refusal_is_named():
+    from dlperf_tasks.engine.slurmitem import choose_pinned
+
+    rows = slurm_jobs.parse_partition_nodes(SINFO)
+    assert choose_pinned(rows, _cells("1n8g"), {}, "gpu", given=["node6", "node2"]) == ["node6"]
+    with pytest.raises(NonRetriable, match=r"needs 2 node\(s\) with 8 GPU\(s\) in Slurm partition gpu among node4, "
+                                           r"node6, node9; 1 usable \(node6\); not usable: node4 is drained \(bad fan\); "
+                                           r"node9 is not in the partition$"):
+        choose_pinned(rows, _cells("2n8g"), {}, "gpu", given=["node4", "node6", "node9"])
+    with pytest.raises(NonRetriable, match=r"; 0 usable; not usable: none$"):
+        choose_pinned([], _cells("1n1g"), {}, "gpu")
+
+
+def test_the_partition_listing_command_takes_only_a_slurm_name():
+    assert slurm_jobs.partition_nodes_command("gpu") == "sinfo -h -N -p gpu -o '%N|%T|%G|%E'"
+    with pytest.raises(Exception, match="is not a partition name"):
+        slurm_jobs.partition_nodes_command("gpu; reboot")
+
+
+def test_a_pinned_runs_job_excludes_the_partitions_other_nodes_and_keeps_a_pinned_node_quarantined_since(tmp_path):
+    """``_job`` builds the sbatch line: without pinning the quarantined nodes are ``--exclude``; a pinned run's
+    ``--exclude`` is the partition's other nodes (a pinned node stays the run's, as on the Docker runtime)."""
+    import yaml
+
+    from dlperf_tasks.airflow.settings import DlperfSettings
+    from dlperf_tasks.catalog.loader import load_suite
+    from dlperf_tasks.core.model import Cell, Trial
+    from dlperf_tasks.engine import slurmitem
+    from dlperf_tasks.engine.rundir import RunDir, write_plan
+    from dlperf_tasks.store.quarantine import Quarantine
+
+    path = tmp_path / "slurm.yaml"
+    path.write_text(yaml.safe_dump({"name": "site", "scheduler": "slurm", "login": {"host": "login1", "user": "u"},
+                                    "slurm": {"partition": "gpu", "work_dir": "/shared", "exclude": ["node9"]}}))
+    cfg = DlperfSettings(cluster=str(path), store_url=f"file://{tmp_path / 'store'}", work_dir=str(tmp_path / "w"))
+    Quarantine.for_settings(cfg).add("node2", ["slow"])
+    suite = load_suite("pytorch-bert")
+    trial = Trial(Cell(suite.id, suite.framework, suite.model, "fp32", 32, Topology.parse("1n1g")), 1)
+    excludes = lambda job: [a for a in job.sbatch_argv if a.startswith("--exclude=")]  # noqa: E731
+    *_, job = slurmitem._job(trial, suite, "run-1", cfg, image=None, attempt=1)
+    assert excludes(job) == ["--exclude=node2,node9"]
+    *_, job = slurmitem._job(trial, suite, "run-1", cfg, image=None, attempt=1, outside=["node1", "node3", "node4"])
+    assert excludes(job) == ["--exclude=node1,node3,node4,node9"]
+    rd = RunDir.at(tmp_path / "run", "run-1")
+    assert slurmitem.pinned_of(rd) == []
+    write_plan(rd, {"cells": [], "trials": []}, params={}, dag="pytorch", dag_run_id="confirm__x", started_at="now",
+               policy="continue", cluster="slurm.yaml", nodes=["node2"])
+    assert slurmitem.pinned_of(rd) == ["node2"]

@@ -9,7 +9,8 @@ import yaml
 
 from dlperf_tasks.core.errors import RemoteError
 from dlperf_tasks.remote.inventory import Cluster
-from dlperf_tasks.remote.slurm_check import container_step, gpu_count
+from dlperf_tasks.remote.slurm_check import container_step
+from dlperf_tasks.remote.slurm_jobs import gpu_count
 from dlperf_tasks.remote.slurm_inventory import (SlurmCluster, enroot_uri, format_time_limit, load_cluster,
                                                  parse_time_limit, scheduler_of)
 
