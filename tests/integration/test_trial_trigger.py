@@ -120,8 +120,11 @@ def test_a_killed_job_is_reported_vanished(pool, nodes):
     jobs = _start(pool, ["sleep", "300"])
     w = JobsWatch.of(jobs, timeout_s=600, hang_s=600)
     assert poll_once(pool, w) is None
-    pid = pool.read(jobs[0].node, jobs[0].paths.pid_file)
-    assert pid
+    # the detached wrapper writes its pid file a moment after start returns (later still under load)
+    deadline = time.monotonic() + 30
+    while not pool.read(jobs[0].node, jobs[0].paths.pid_file) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pool.read(jobs[0].node, jobs[0].paths.pid_file)
     # the job's process group dies without writing an exit status (SIGKILL of the wrapper too; the
     # pid file goes as well: killed processes may linger as zombies where nothing reaps them)
     signal_job(pool, jobs[0], "KILL")
