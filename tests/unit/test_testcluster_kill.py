@@ -4,6 +4,7 @@ kill removes the lock such a process made; a kill of other processes leaves a lo
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -39,3 +40,14 @@ def test_a_killed_rehash_leaves_no_pyenv_lock(tmp_path, monkeypatch, name, remov
         proc.kill()
         proc.wait(timeout=10)
     assert lock.exists() is not removed
+
+
+def test_only_a_lock_older_than_any_real_rehash_is_swept(tmp_path, monkeypatch):
+    lock = tmp_path / ".pyenv-shim"
+    monkeypatch.setattr(tc, "PYENV_LOCK", lock)
+    assert tc.clear_stale_pyenv_lock() is False  # none there
+    lock.write_text("#!/usr/bin/env bash\n")
+    assert tc.clear_stale_pyenv_lock() is False and lock.exists()  # a rehash in progress
+    old = time.time() - tc.STALE_PYENV_LOCK_S - 5
+    os.utime(lock, (old, old))
+    assert tc.clear_stale_pyenv_lock() is True and not lock.exists()
