@@ -31,6 +31,7 @@ from dlperf_tasks.store import Store
 from dlperf_tasks.store.quarantine import Quarantine
 from tests.integration.dag_cluster_helpers import build_pytorch_dag, cluster_settings, site_catalog, state, task_states
 from tests.integration.test_decisions_cluster import _docker, history, publish
+from tests.integration.test_slurm_dag import _when
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slurm, pytest.mark.airflow]
 
@@ -95,16 +96,6 @@ def _flagged(store: Store, suite, image_a: str, image_b: str, work: Path) -> dic
     plan = C.plan_confirmation(store.read_annotation(flagged, "regressions"), 0, store.list_runs(suite=suite.id),
                                rounds=2)
     return plan.to_conf()
-
-
-def _when(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_dag_confirmation_run_pins_nodes_from_sinfo_and_records_the_verdict(airflow_db, slurm_cluster_clean, images,
